@@ -1,0 +1,52 @@
+"""Helpers for tests: wait on conditions with deadlines, free ports, subprocesses."""
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_until(condition, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):
+    """Poll ``condition()`` until it returns a truthy value; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)  # noqa: sleep-ok - polling interval of a deadline wait
+
+
+async def async_wait_until(condition, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        await asyncio.sleep(interval)  # noqa: sleep-ok - polling interval of a deadline wait
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def manage_py(*args: str, env: dict | None = None, **popen_kwargs) -> subprocess.Popen:
+    """Start ``python manage.py ARGS`` as a child process with stdout piped."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        **popen_kwargs,
+    )
