@@ -32,3 +32,12 @@ def redis_url() -> str:
 def postgres_url() -> str:
     _require_service("PostgreSQL", "127.0.0.1", 5432)
     return os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One real broker per test module (topic TopicTest with 8 queues on broker-a)."""
+    from .brokers import BrokerProcess
+
+    with BrokerProcess(tmp_path_factory.mktemp("broker"), topics=["TopicTest:8@broker-a"]) as b:
+        yield b
