@@ -8,6 +8,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+import plotly
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Everything the lab writes at run time (database, broker store, recordings, reports).
@@ -100,7 +101,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# plotly.js is served from the plotly package's own copy (no CDN, works offline).
+STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", Path(plotly.__file__).parent / "package_data")]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 
 # The lab (consumers_app): where the embedded broker listens and keeps its files.
