@@ -1,0 +1,1 @@
+"""The lab: controller (supervises workers, keeps the live state) and worker processes."""

@@ -1,0 +1,83 @@
+"""The seam between web processes and the lab controller: the Channels layer.
+
+Every web process (API views, websocket consumers) talks to the one controller the
+same way, whether it shares the controller's process (in-memory layer) or not
+(channels-redis, several web processes):
+
+* requests: ``await request("set_strategy", group="GID_LAB", strategy="AVG")`` sends
+  to the controller's channel and awaits its reply. The controller answers with the new
+  state, or with an error message (``LabError``: HTTP 400, nothing changed).
+* events: the controller ``publish()``es batches of events (DESIGN.md schema) to the
+  ``lab`` group; each websocket consumer in that group forwards them one frame each.
+
+Actions and their params (the controller validates them; see controller.py):
+  state                         -> snapshot
+  set_strategy  group, strategy -> snapshot
+  set_mode      group, mode     -> snapshot
+  add_consumer  group, mode     -> {"client_id": ..., "state": snapshot}
+  consumer      client_id, action (stop|kill|hang|resume|slow|fail), ms?, ratio? -> snapshot
+  producer_rate topic, rate     -> snapshot
+  producer_burst topic, count   -> snapshot
+  queues        topic, delta, broker? -> snapshot
+  broker        broker, online  -> snapshot
+"""
+import asyncio
+from typing import Awaitable, Callable
+
+from channels.layers import get_channel_layer
+
+CONTROLLER_CHANNEL = "lab-controller"
+EVENTS_GROUP = "lab"
+
+
+class LabError(Exception):
+    """A request the controller refused: bad input or an impossible action. Nothing changed."""
+
+
+class LabUnavailable(Exception):
+    """No controller answered in time."""
+
+
+async def request(action: str, timeout: float = 15.0, **params) -> dict:
+    layer = get_channel_layer()
+    reply_channel = await layer.new_channel("lab-reply.")
+    await layer.send(CONTROLLER_CHANNEL, {
+        "type": "lab.request", "action": action, "params": params, "reply_to": reply_channel,
+    })
+    try:
+        reply = await asyncio.wait_for(layer.receive(reply_channel), timeout)
+    except asyncio.TimeoutError:
+        raise LabUnavailable(f"the lab controller did not answer {action!r} within {timeout:g}s") from None
+    if reply.get("error") is not None:
+        raise LabError(reply["error"])
+    return reply["result"]
+
+
+Handler = Callable[[str, dict], Awaitable[dict]]
+
+
+async def serve(handler: Handler) -> None:
+    """Controller side: answer requests until cancelled.
+
+    ``handler(action, params)`` returns the result or raises LabError. Requests are
+    answered one at a time, in arrival order, so two actions never interleave.
+    """
+    layer = get_channel_layer()
+    while True:
+        message = await layer.receive(CONTROLLER_CHANNEL)
+        try:
+            reply = {"result": await handler(message["action"], message.get("params") or {}), "error": None}
+        except LabError as exc:
+            reply = {"result": None, "error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - the caller gets a reason, the loop lives on
+            reply = {"result": None, "error": f"internal error: {type(exc).__name__}: {exc}"}
+        try:
+            await layer.send(message["reply_to"], {"type": "lab.reply", **reply})
+        except Exception:  # noqa: BLE001 - the requester went away; nothing to do
+            pass
+
+
+async def publish(events: list[dict]) -> None:
+    """Send one batch of events to every websocket consumer of the ``lab`` group."""
+    if events:
+        await get_channel_layer().group_send(EVENTS_GROUP, {"type": "lab.events", "events": events})
