@@ -41,3 +41,61 @@ def broker(tmp_path_factory):
 
     with BrokerProcess(tmp_path_factory.mktemp("broker"), topics=["TopicTest:8@broker-a"]) as b:
         yield b
+
+
+# ---------------------------------------------------------------- broker helpers
+
+# Short intervals so broker tests never wait RocketMQ's production timings.
+FAST_BROKER_ARGS = [
+    "--min-invisible-ms", "1000", "--revive-interval-ms", "100", "--offset-persist-ms", "200",
+    "--client-expiry-ms", "1500", "--client-scan-ms", "200", "--delay-levels", "1s 1s 2s 2s 3s",
+    "--segment-size", str(8 << 20), "--default-invisible-ms", "2000",
+]
+
+
+class BrokerStubs:
+    """Sync gRPC stubs on one broker: ``v2`` (MessagingService) and ``admin`` (LabAdmin)."""
+
+    def __init__(self, address: str, client_id: str = "test-client"):
+        import grpc
+
+        from consumers_app.protocol import lab_grpc, v2_grpc
+
+        self.address = address
+        self.channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", -1),
+                                                                ("grpc.max_send_message_length", -1)])
+        self.v2 = v2_grpc.MessagingServiceStub(self.channel)
+        self.admin = lab_grpc.LabAdminStub(self.channel)
+        self.client_id = client_id
+
+    @property
+    def md(self):
+        return (("x-mq-client-id", self.client_id),)
+
+    def close(self):
+        self.channel.close()
+
+
+@pytest.fixture(scope="module")
+def fast_broker(tmp_path_factory):
+    """A broker with short intervals (see FAST_BROKER_ARGS), topic TopicTest:8 on broker-a."""
+    from .brokers import BrokerProcess
+
+    with BrokerProcess(tmp_path_factory.mktemp("fastbroker"), topics=["TopicTest:8@broker-a"],
+                       extra_args=FAST_BROKER_ARGS) as b:
+        yield b
+
+
+@pytest.fixture
+def stubs_for():
+    """``stubs_for(address, client_id=...)`` -> BrokerStubs, closed after the test."""
+    made = []
+
+    def make(address: str, client_id: str = "test-client") -> BrokerStubs:
+        s = BrokerStubs(address, client_id)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()

@@ -1,0 +1,73 @@
+"""Wiring: BrokerCore + the two gRPC services on one grpc.aio server, signal handling.
+
+Start-up: open (load topics/offsets, recover the commit log), bind, start, then print
+exactly one line ``broker listening on HOST:PORT`` (flushed) - tests and the lab wait
+for it. SIGTERM/SIGINT: stop accepting, persist offsets and topics, fsync, exit 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+import grpc
+
+from ..protocol import lab_grpc, v2_grpc
+from .admin_service import LabAdminService
+from .core import BrokerConfig, BrokerCore
+from .messaging_service import MessagingService
+
+log = logging.getLogger(__name__)
+
+# Room for a batch of max-size bodies in one request/response.
+MAX_MESSAGE = 256 * 1024 * 1024
+
+
+async def serve(cfg: BrokerConfig, ready=None) -> int:
+    core = BrokerCore(cfg)
+    core.open()
+    server = grpc.aio.server(options=[
+        ("grpc.max_send_message_length", MAX_MESSAGE),
+        ("grpc.max_receive_message_length", MAX_MESSAGE),
+        ("grpc.so_reuseport", 0),
+    ])
+    v2_grpc.add_MessagingServiceServicer_to_server(MessagingService(core, (cfg.host, cfg.port)), server)
+    lab_grpc.add_LabAdminServicer_to_server(LabAdminService(core), server)
+    bound = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+    if bound == 0:
+        raise OSError(f"cannot bind {cfg.host}:{cfg.port}")
+    await core.start()
+    await server.start()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sys.stdout.write(f"broker listening on {cfg.host}:{bound}\n")
+    sys.stdout.flush()
+    if ready is not None:
+        ready(core, bound)
+    await stop.wait()
+    log.info("broker stopping")
+    # Wake held long polls first so the grace period is not spent waiting on them.
+    core.longpoll.wake_all()
+    await server.stop(grace=1.0)
+    await core.shutdown()
+    return 0
+
+
+def run(cfg: BrokerConfig) -> int:
+    profile = os.environ.get("BROKER_PROFILE")  # dev aid: cProfile stats written at shutdown
+    if not profile:
+        return asyncio.run(serve(cfg))
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        return asyncio.run(serve(cfg))
+    finally:
+        prof.disable()
+        prof.dump_stats(profile)
