@@ -42,8 +42,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "channels",
+    # Before channels: our runworker (a lab worker process) must win over channels' own.
     "consumers_app",
+    "channels",
     "dashboard",
 ]
 
@@ -85,7 +86,13 @@ if os.environ.get("CHANNEL_LAYER_URL"):
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [os.environ["CHANNEL_LAYER_URL"]], "capacity": 1500, "expiry": 10},
+            "CONFIG": {
+                # redis-py times socket reads out after 5 s, the same as channels-redis' blocking
+                # read (BZPOPMIN 5 s): an idle websocket would die with "Timeout reading".
+                "hosts": [{"address": os.environ["CHANNEL_LAYER_URL"], "socket_timeout": 10}],
+                "capacity": 1500,
+                "expiry": 10,
+            },
         }
     }
 else:

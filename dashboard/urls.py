@@ -1,8 +1,30 @@
-from django.urls import include, path
+from django.contrib.auth.views import LogoutView
+from django.urls import include, path, re_path
 
-from . import views
+from . import api, views
+
+CONSUMER_ACTION = "|".join(api.CONSUMER_ACTIONS)
+
+api_patterns = [
+    path("state", api.state, name="api-state"),
+    path("groups/<str:group>/strategy", api.group_strategy, name="api-group-strategy"),
+    path("groups/<str:group>/mode", api.group_mode, name="api-group-mode"),
+    path("groups/<str:group>/consumers", api.group_consumers, name="api-group-consumers"),
+    re_path(rf"^consumers/(?P<client_id>[^/]+)/(?P<action>{CONSUMER_ACTION})$", api.consumer_action,
+            name="api-consumer-action"),
+    path("producers/rate", api.producer_rate, name="api-producer-rate"),
+    path("producers/burst", api.producer_burst, name="api-producer-burst"),
+    path("topics/<str:topic>/queues", api.topic_queues, name="api-topic-queues"),
+    path("brokers/<str:broker>/online", api.broker_online, name="api-broker-online"),
+    path("brokers/<str:broker>/offline", api.broker_offline, name="api-broker-offline"),
+    re_path(r"", api.not_found),  # JSON, not Django's HTML 404, for anything else under api/
+]
 
 urlpatterns = [
+    path("", views.live, name="live"),
+    path("login/", views.login, name="login"),
+    path("logout/", LogoutView.as_view(next_page="login"), name="logout"),
     path("healthz", views.healthz, name="healthz"),
+    path("api/", include(api_patterns)),
     path("", include("dashboard.lag.urls")),
 ]

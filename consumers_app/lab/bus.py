@@ -38,9 +38,13 @@ class LabUnavailable(Exception):
     """No controller answered in time."""
 
 
-async def request(action: str, timeout: float = 15.0, **params) -> dict:
+async def request(action: str, /, timeout: float = 15.0, **params) -> dict:
+    # action is positional-only: the "consumer" action has a param named action too.
     layer = get_channel_layer()
-    reply_channel = await layer.new_channel("lab-reply.")
+    # The layer's default prefix, not one of our own: channels-redis reads all of a process's
+    # channels through one receive loop only when they share that prefix; a reply channel
+    # with another prefix starves while a websocket consumer of the same process waits.
+    reply_channel = await layer.new_channel()
     await layer.send(CONTROLLER_CHANNEL, {
         "type": "lab.request", "action": action, "params": params, "reply_to": reply_channel,
     })

@@ -1,0 +1,218 @@
+"""The control API: JSON in, the lab's new state out.
+
+Every view checks the *shape* of its input (JSON object, field names and types,
+ranges) and hands the action to the lab controller over the bus; the controller
+decides whether it makes sense (unknown group, last queue, ...) and answers with the
+new state or a `LabError`. Errors are `{"error": "reason"}`: 400 bad input (nothing
+changed), 401 not authenticated, 403 CSRF, 404 unknown action, 503 no controller.
+
+Callers authenticate with the page's session (and then need the CSRF token, as any
+form would) or with `Authorization: Token <api token>` (no cookie, so no CSRF).
+"""
+import json
+import math
+from functools import wraps
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+
+from consumers_app.allocate import STRATEGY_NAMES
+from consumers_app.lab import bus
+
+from .auth import user_for_api_token
+
+MODES = ("push", "lite_pull", "pop")
+CONSUMER_ACTIONS = ("stop", "kill", "hang", "resume", "slow", "fail")
+
+
+class BadRequest(Exception):
+    """Input of the wrong shape: answered 400 before the controller sees it."""
+
+
+def error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+# ---------------------------------------------------------------- authentication
+
+# The CSRF check Django's middleware would have made, run by hand for session callers
+# only (the views are csrf_exempt so that token callers, who send no cookie, pass).
+_csrf_check = CsrfViewMiddleware(lambda request: None)
+
+
+async def _authenticate(request, *, write: bool) -> JsonResponse | None:
+    """None if the caller may go on, else the error response."""
+    header = request.headers.get("Authorization")
+    if header is not None:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "token" or not token.strip():
+            return error(401, "the Authorization header must read 'Token <api token>'")
+        if await sync_to_async(user_for_api_token)(token.strip()) is None:
+            return error(401, "unknown API token (create one with: manage.py createtoken USERNAME)")
+        return None
+    user = await request.auser()
+    if not user.is_authenticated:
+        if not write and settings.DASHBOARD_PUBLIC_READ:
+            return None
+        return error(401, "authentication required: log in, or send 'Authorization: Token <api token>'")
+    if write and _csrf_check.process_view(request, None, (), {}) is not None:
+        return error(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
+    return None
+
+
+def lab_view(method: str):
+    """Wrap an async view that returns the controller's answer into an authenticated JSON endpoint."""
+    def decorate(view):
+        @wraps(view)
+        async def endpoint(request, *args, **kwargs):
+            if request.method != method:
+                response = error(405, f"use {method}")
+                response["Allow"] = method
+                return response
+            denied = await _authenticate(request, write=method != "GET")
+            if denied is not None:
+                return denied
+            try:
+                return JsonResponse(await view(request, *args, **kwargs))
+            except BadRequest as exc:
+                return error(400, str(exc))
+            except bus.LabError as exc:
+                return error(400, str(exc))
+            except bus.LabUnavailable as exc:
+                return error(503, str(exc))
+
+        endpoint.csrf_exempt = True
+        return endpoint
+    return decorate
+
+
+# ---------------------------------------------------------------- input shape
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _is_name(value) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+_KINDS = {
+    "name": (_is_name, "a non-empty string"),
+    "int": (_is_int, "an integer"),
+    "number": (_is_number, "a number"),
+}
+
+
+def body(request, required: dict[str, str] | None = None, optional: dict[str, str] | None = None) -> dict:
+    """The request's JSON object, checked: field name -> kind ('name', 'int', 'number')."""
+    required, optional = required or {}, optional or {}
+    try:
+        data = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    unknown = sorted(set(data) - set(required) - set(optional))
+    if unknown:
+        raise BadRequest(f"unknown field(s): {', '.join(unknown)}")
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise BadRequest(f"missing field(s): {', '.join(missing)}")
+    for name, value in data.items():
+        accepts, expected = _KINDS[required.get(name) or optional[name]]
+        if not accepts(value):
+            raise BadRequest(f"{name!r} must be {expected}, not {json.dumps(value)}")
+    return data
+
+
+def _one_of(name: str, value: str, choices) -> str:
+    if value not in choices:
+        raise BadRequest(f"unknown {name} {value!r}; expected one of {', '.join(choices)}")
+    return value
+
+
+# ---------------------------------------------------------------- endpoints
+
+@lab_view("GET")
+async def state(request):
+    return await bus.request("state")
+
+
+@lab_view("POST")
+async def group_strategy(request, group):
+    strategy = body(request, {"strategy": "name"})["strategy"]
+    return await bus.request("set_strategy", group=group, strategy=_one_of("strategy", strategy, STRATEGY_NAMES))
+
+
+@lab_view("POST")
+async def group_mode(request, group):
+    mode = body(request, {"mode": "name"})["mode"]
+    return await bus.request("set_mode", group=group, mode=_one_of("mode", mode, MODES))
+
+
+@lab_view("POST")
+async def group_consumers(request, group):
+    mode = body(request, {"mode": "name"})["mode"]
+    return await bus.request("add_consumer", group=group, mode=_one_of("mode", mode, MODES))
+
+
+@lab_view("POST")
+async def consumer_action(request, client_id, action):
+    if action == "slow":
+        ms = body(request, {"ms": "int"})["ms"]
+        if ms < 0:
+            raise BadRequest("'ms' must be >= 0")
+        return await bus.request("consumer", client_id=client_id, action=action, ms=ms)
+    if action == "fail":
+        ratio = body(request, {"ratio": "number"})["ratio"]
+        if not 0 <= ratio <= 1:
+            raise BadRequest("'ratio' must be between 0 and 1")
+        return await bus.request("consumer", client_id=client_id, action=action, ratio=ratio)
+    body(request)  # stop, kill, hang, resume take no fields (an empty body is fine)
+    return await bus.request("consumer", client_id=client_id, action=action)
+
+
+@lab_view("POST")
+async def producer_rate(request):
+    data = body(request, {"topic": "name", "rate": "number"})
+    if data["rate"] < 0:
+        raise BadRequest("'rate' must be >= 0 (messages per second)")
+    return await bus.request("producer_rate", topic=data["topic"], rate=data["rate"])
+
+
+@lab_view("POST")
+async def producer_burst(request):
+    data = body(request, {"topic": "name", "count": "int"})
+    if data["count"] < 1:
+        raise BadRequest("'count' must be >= 1")
+    return await bus.request("producer_burst", topic=data["topic"], count=data["count"])
+
+
+@lab_view("POST")
+async def topic_queues(request, topic):
+    data = body(request, {"delta": "int"}, {"broker": "name"})
+    if data["delta"] == 0:
+        raise BadRequest("'delta' must not be 0 (positive adds queues, negative removes them)")
+    return await bus.request("queues", topic=topic, **data)
+
+
+@lab_view("POST")
+async def broker_online(request, broker):
+    body(request)
+    return await bus.request("broker", broker=broker, online=True)
+
+
+@lab_view("POST")
+async def broker_offline(request, broker):
+    body(request)
+    return await bus.request("broker", broker=broker, online=False)
+
+
+def not_found(request, *args, **kwargs):
+    return error(404, f"no such API endpoint: {request.method} {request.path}")

@@ -1,0 +1,101 @@
+"""Two web processes on one Redis channel layer serve the same live lab.
+
+A fake controller runs in a process of its own (no web server), two daphne processes
+serve the dashboard, all three meet on Redis: both answer /api/state, and an event the
+controller publishes reaches the websockets of both.
+"""
+import os
+import random
+import subprocess
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import requests
+
+from .support import REPO, free_port, manage_py, wait_until
+from .ws_client import LiveSocket
+
+
+def _start(args, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _serving(port: int) -> bool:
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok
+    except requests.RequestException:
+        return False
+
+
+@pytest.fixture
+def web_pair(redis_url, tmp_path):
+    # A database of our own on the shared Redis, so other suites' controllers never answer us.
+    layer_url = urlunsplit(urlsplit(redis_url)._replace(path=f"/{random.randint(1, 15)}"))
+    env = {**os.environ, "CHANNEL_LAYER_URL": layer_url, "LAB_DATA_DIR": str(tmp_path),
+           "PYTHONUNBUFFERED": "1", "FAKE_LAB_TICK": "0"}
+    assert manage_py("migrate", "-v", "0", env=env).wait(60) == 0
+    token_maker = manage_py("createtoken", "script", env=env)
+    token = token_maker.communicate(timeout=60)[0].strip().splitlines()[-1]
+    controller = _start(["-m", "tests.fake_lab"], env)
+    ports = [free_port(), free_port()]
+    webs = [_start(["-m", "daphne", "-b", "127.0.0.1", "-p", str(p), "dashboard.asgi:application"], env)
+            for p in ports]
+    try:
+        assert controller.stdout.readline().strip() == "fake lab serving"
+        for port in ports:
+            wait_until(lambda: _serving(port), timeout=60, message=f"daphne on {port}")
+        yield ports, token
+    finally:
+        for proc in (controller, *webs):
+            proc.terminate()
+        for name, proc in (("controller", controller), ("web 1", webs[0]), ("web 2", webs[1])):
+            try:
+                output = proc.communicate(timeout=10)[0]
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                output = proc.communicate()[0]
+            print(f"--- {name} ---\n{output}")  # shown when the test fails
+
+
+async def test_two_web_processes_share_the_lab(web_pair):
+    import asyncio
+
+    ports, token = web_pair
+    auth = {"Authorization": f"Token {token}"}
+    states = [await asyncio.to_thread(requests.get, f"http://127.0.0.1:{p}/api/state", headers=auth, timeout=20)
+              for p in ports]
+    assert [s.status_code for s in states] == [200, 200]
+    assert states[0].json() == states[1].json()
+
+    sockets = [await LiveSocket.connect(f"ws://127.0.0.1:{p}/ws/lab/?token={token}") for p in ports]
+    try:
+        for ws in sockets:
+            assert (await ws.receive_json())["type"] == "snapshot"
+        # An action through the first process; the controller publishes, both processes forward.
+        response = await asyncio.to_thread(
+            requests.post, f"http://127.0.0.1:{ports[0]}/api/groups/GID_LAB/strategy",
+            json={"strategy": "AVG_BY_CIRCLE"}, headers=auth, timeout=20)
+        assert response.status_code == 200, response.text
+        # The fake answers with assignment events of c1, c2, c3, then the rebalance's end.
+        frames = [[await ws.receive_json() for _ in range(4)] for ws in sockets]
+        assert frames[0] == frames[1]
+        assert [(f["type"], f.get("strategy")) for f in frames[0][:3]] == [("assignment", "AVG_BY_CIRCLE")] * 3
+        assert frames[0][3]["type"] == "rebalance"
+        second = await asyncio.to_thread(requests.get, f"http://127.0.0.1:{ports[1]}/api/state", headers=auth, timeout=20)
+        assert second.json()["groups"]["GID_LAB"]["strategy"] == "AVG_BY_CIRCLE"
+
+        # A quiet spell longer than channels-redis' 5 s blocking read must not break the sockets
+        # (it did while redis-py's socket timeout equalled it: settings give the layer a longer one).
+        with pytest.raises(asyncio.TimeoutError):
+            await sockets[0].receive_json(timeout=7)
+        response = await asyncio.to_thread(
+            requests.post, f"http://127.0.0.1:{ports[1]}/api/consumers/c1/hang", headers=auth, timeout=20)
+        assert response.status_code == 200, response.text
+        for ws in sockets:
+            frame = await ws.receive_json()
+            assert (frame["type"], frame["fault"], frame["client_id"]) == ("fault", "hang", "c1")
+    finally:
+        for ws in sockets:
+            await ws.close()
