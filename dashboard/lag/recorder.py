@@ -1,0 +1,272 @@
+"""Recording offset snapshots and the event log as Parquet, for the Spark lag job.
+
+Layout under ``root`` (``DATA_DIR/recordings`` by default)::
+
+    snapshots/date=YYYY-MM-DD/hour=HH/part-MM-<uuid>.parquet   one row per (group, topic, broker, queue) per sample
+    events/date=YYYY-MM-DD/hour=HH/part-MM-<uuid>.parquet      one row per event (consumers_app/events.py)
+
+``MM`` is the minute (UTC) of every row in the file: rows are bucketed by the minute
+of their ``ts`` and a minute's buffer is written when a row of a later minute arrives
+(files roll per minute), when a buffer reaches ``max_rows`` (bounded memory: another
+part file of the same minute), on ``flush()`` and on ``close()`` (nothing is lost on a
+clean stop). A file is written under a dot-name and renamed into place, so a reader
+(Spark ignores dot-files) never sees half a file. The lag job relies on the
+file-name minute to know which windows new files touch.
+
+Controller API (the lab controller owns the instances)::
+
+    recorder = Recorder(settings.DATA_DIR / "recordings")
+    recorder.add_event(event)                # every event it hears (a dict as in events.py)
+    sampler = BrokerSampler(broker_address,  # "host:port" of the broker's LabAdmin service
+                            recorder,
+                            groups,          # callable () -> iterable of group names (may be async)
+                            consumer_state,  # callable (group) -> {"BROKER:QID": {"owner": client_id,
+                                             #   "cached_count": n, "cached_bytes": n}} (may be async;
+                                             #   "TOPIC@BROKER:QID" keys win over "BROKER:QID")
+                            interval=1.0)
+    task = asyncio.create_task(sampler.run())   # samples every interval until stop()
+    ...
+    sampler.stop(); await task                  # the task ends after the tick in progress
+    recorder.close()                            # writes what is buffered
+
+Each tick calls ``LabAdmin.GetQueueOffsets(group=G)`` once per group and writes one
+row per queue with one ``ts`` for the whole tick (the job sums a group's queues per
+``ts``). A group's rows keep only topics it has committed on or holds queues of (the
+broker answers for every topic), so unrelated topics do not show as lag.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
+
+SNAPSHOTS = "snapshots"
+EVENTS = "events"
+
+SNAPSHOT_SCHEMA = pa.schema([
+    ("ts", pa.int64()),                          # ms since epoch (UTC)
+    ("group", pa.string()),
+    ("topic", pa.string()),
+    ("broker", pa.string()),
+    ("queue_id", pa.int32()),
+    ("broker_min_offset", pa.int64()),
+    ("broker_max_offset", pa.int64()),           # next offset to be written
+    ("consumer_offset", pa.int64()),             # committed offset; -1 = no commit yet
+    ("owner", pa.string()),                      # client id holding the queue; null = nobody
+    ("cached_count", pa.int64()),                # ProcessQueue depth
+    ("cached_bytes", pa.int64()),
+    ("inflight", pa.int32()),                    # pop: received, not yet acked
+    ("oldest_unconsumed_store_ts", pa.int64()),  # ms; 0 = nothing unconsumed
+])
+
+EVENT_SCHEMA = pa.schema([
+    ("ts", pa.int64()),
+    ("type", pa.string()),
+    ("group", pa.string()),
+    ("client_id", pa.string()),
+    ("fields", pa.string()),  # the type-specific fields as one JSON object
+])
+
+SCHEMAS = {SNAPSHOTS: SNAPSHOT_SCHEMA, EVENTS: EVENT_SCHEMA}
+_EVENT_KEYS = ("ts", "type", "group", "client_id")
+
+
+def minute_of(ts_ms: int) -> int:
+    """The ts (ms) of the start of the UTC minute holding ``ts_ms``."""
+    return ts_ms - ts_ms % 60_000
+
+
+def partition_dir(root: Path, kind: str, minute_ts_ms: int) -> Path:
+    t = datetime.fromtimestamp(minute_ts_ms / 1000, tz=timezone.utc)
+    return Path(root) / kind / f"date={t:%Y-%m-%d}" / f"hour={t:%H}"
+
+
+def write_part(root: Path, kind: str, minute_ts_ms: int, table: pa.Table) -> Path:
+    """Write one part file of one minute atomically; returns its path."""
+    directory = partition_dir(root, kind, minute_ts_ms)
+    directory.mkdir(parents=True, exist_ok=True)
+    minute = datetime.fromtimestamp(minute_ts_ms / 1000, tz=timezone.utc).minute
+    name = f"part-{minute:02d}-{uuid.uuid4().hex}.parquet"
+    scratch = directory / f".{name}.tmp"
+    pq.write_table(table, scratch, compression="zstd")
+    os.replace(scratch, directory / name)
+    return directory / name
+
+
+def _snapshot_row(row: dict) -> dict:
+    out = {name: row.get(name) for name in SNAPSHOT_SCHEMA.names}
+    for name in ("cached_count", "cached_bytes", "inflight", "oldest_unconsumed_store_ts"):
+        if out[name] is None:
+            out[name] = 0
+    if out["consumer_offset"] is None:
+        out["consumer_offset"] = -1
+    if out["owner"] == "":
+        out["owner"] = None
+    return out
+
+
+def _event_row(event: dict) -> dict:
+    fields = {k: v for k, v in event.items() if k not in _EVENT_KEYS}
+    return {
+        "ts": int(event["ts"]), "type": event["type"], "group": event.get("group"),
+        "client_id": event.get("client_id"), "fields": json.dumps(fields, separators=(",", ":"), default=str),
+    }
+
+
+class Recorder:
+    """Buffers snapshot rows and events per minute and writes them as Parquet. Thread-safe."""
+
+    def __init__(self, root: Path | str, max_rows: int = 200_000):
+        self.root = Path(root)
+        self.max_rows = max_rows
+        self._lock = threading.Lock()
+        # kind -> minute ts -> buffered rows
+        self._buffers: dict[str, dict[int, list[dict]]] = {SNAPSHOTS: {}, EVENTS: {}}
+        self._closed = False
+        self.files_written = 0
+
+    def add_snapshot(self, rows) -> None:
+        """Buffer snapshot rows (dicts with SNAPSHOT_SCHEMA's names; ``ts`` in ms)."""
+        self._add(SNAPSHOTS, [_snapshot_row(r) for r in rows])
+
+    def add_event(self, event: dict) -> None:
+        """Buffer one event (``ts``, ``type``, ``group``, ``client_id`` + its fields)."""
+        self._add(EVENTS, [_event_row(event)])
+
+    def _add(self, kind: str, rows: list[dict]) -> None:
+        if not rows:
+            return
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("recorder is closed")
+            buffers = self._buffers[kind]
+            newest = None
+            for row in rows:
+                minute = minute_of(row["ts"])
+                buffers.setdefault(minute, []).append(row)
+                newest = minute if newest is None else max(newest, minute)
+            # Roll: a minute is complete once a later minute shows up; a full buffer is
+            # written early so memory stays bounded whatever the rate.
+            for minute in sorted(buffers):
+                if minute < newest or len(buffers[minute]) >= self.max_rows:
+                    self._write(kind, minute, buffers.pop(minute))
+
+    def flush(self) -> None:
+        """Write every buffered row now (partial minutes become part files of their own)."""
+        with self._lock:
+            for kind, buffers in self._buffers.items():
+                for minute in sorted(buffers):
+                    self._write(kind, minute, buffers.pop(minute))
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            self._closed = True
+
+    def _write(self, kind: str, minute: int, rows: list[dict]) -> None:
+        table = pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
+        write_part(self.root, kind, minute, table)
+        self.files_written += 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+async def _maybe_await(value):
+    return await value if inspect.isawaitable(value) else value
+
+
+class BrokerSampler:
+    """Samples the broker's queue offsets every ``interval`` s into a Recorder (see module doc)."""
+
+    def __init__(self, broker_address: str, recorder: Recorder, groups, consumer_state,
+                 interval: float = 1.0, timeout: float = 5.0):
+        self.broker_address = broker_address
+        self.recorder = recorder
+        self.groups = groups
+        self.consumer_state = consumer_state
+        self.interval = interval
+        self.timeout = timeout
+        self.ticks = 0
+        self.errors = 0
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        import grpc
+
+        from consumers_app.protocol import lab_grpc
+
+        async with grpc.aio.insecure_channel(self.broker_address) as channel:
+            stub = lab_grpc.LabAdminStub(channel)
+            loop = asyncio.get_running_loop()
+            next_tick = loop.time()
+            while not self._stopping.is_set():
+                try:
+                    rows = await self.sample(stub)
+                    if rows:
+                        await asyncio.to_thread(self.recorder.add_snapshot, rows)
+                    self.ticks += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a broker restart must not end the recording
+                    self.errors += 1
+                    log.warning("lag sampler: %s", exc)
+                # Fixed-rate ticks; after a slow tick, skip to the next slot instead of bursting.
+                next_tick = max(next_tick + self.interval, loop.time())
+                try:
+                    await asyncio.wait_for(self._stopping.wait(), next_tick - loop.time())
+                except asyncio.TimeoutError:
+                    pass
+
+    async def sample(self, stub) -> list[dict]:
+        """One tick: a row per queue per group, all with the same ts."""
+        from consumers_app.protocol import lab
+
+        ts = time.time_ns() // 1_000_000
+        rows: list[dict] = []
+        for group in list(await _maybe_await(self.groups())):
+            response = await stub.GetQueueOffsets(lab.QueueOffsetsRequest(group=group), timeout=self.timeout)
+            state = await _maybe_await(self.consumer_state(group)) or {}
+            rows.extend(self.rows_for(group, ts, response.queues, state))
+        return rows
+
+    @staticmethod
+    def rows_for(group: str, ts: int, queues, state: dict) -> list[dict]:
+        def queue_state(q):
+            ref = q.queue
+            return state.get(f"{ref.topic}@{ref.broker_name}:{ref.queue_id}") or state.get(
+                f"{ref.broker_name}:{ref.queue_id}")
+
+        topics = {q.queue.topic for q in queues if q.committed_offset >= 0 or queue_state(q)}
+        rows = []
+        for q in queues:
+            if q.queue.topic not in topics:
+                continue
+            s = queue_state(q) or {}
+            rows.append({
+                "ts": ts, "group": group, "topic": q.queue.topic, "broker": q.queue.broker_name,
+                "queue_id": q.queue.queue_id, "broker_min_offset": q.min_offset,
+                "broker_max_offset": q.max_offset, "consumer_offset": q.committed_offset,
+                "owner": s.get("owner") or None, "cached_count": int(s.get("cached_count") or 0),
+                "cached_bytes": int(s.get("cached_bytes") or 0), "inflight": q.inflight,
+                "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts,
+            })
+        return rows

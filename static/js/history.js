@@ -1,0 +1,168 @@
+// Lag history page: loads /history/data.json for a group and range and draws it with
+// plotly.js (served from static, no CDN); runs the lag job and polls its progress.
+(function () {
+  "use strict";
+  const root = document.getElementById("history");
+  if (!root) return;
+  const $ = (id) => document.getElementById(id);
+  const STATUS = ["OK", "WARN", "STALL", "STOP", "REWIND"];
+  const STATUS_COLORS = ["#2e9e44", "#e0a800", "#e8590c", "#c92a2a", "#7048e8"];
+  const csrf = () => (root.querySelector("input[name=csrfmiddlewaretoken]") || {}).value || "";
+  let polling = null;
+
+  // datetime-local inputs hold UTC wall-clock time (the page says so).
+  const toInput = (iso) => (iso ? iso.replace("Z", "").slice(0, 19) : "");
+  const fromInput = (value) => (value ? value + (value.length === 16 ? ":00" : "") + "Z" : "");
+
+  function message(text, isError) {
+    const el = $("h-message");
+    el.textContent = text || "";
+    el.className = isError ? "error" : "notice";
+  }
+
+  function params() {
+    const p = new URLSearchParams({ group: $("h-group").value });
+    if ($("h-from").value) p.set("from", fromInput($("h-from").value));
+    if ($("h-to").value) p.set("to", fromInput($("h-to").value));
+    return p;
+  }
+
+  function updateReportLinks() {
+    document.querySelectorAll(".history-downloads a").forEach((a) => {
+      const p = params();
+      if (a.dataset.fmt === "html") p.set("download", "1");
+      a.href = root.dataset.reportUrl + a.dataset.fmt + "?" + p.toString();
+    });
+  }
+
+  async function getJson(url) {
+    const r = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    const body = await r.json().catch(() => ({ error: r.statusText }));
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    return body;
+  }
+
+  async function loadGroups() {
+    const data = await getJson(root.dataset.groupsUrl);
+    const select = $("h-group");
+    const current = select.value;
+    select.innerHTML = "";
+    data.groups.forEach((g) => {
+      const o = document.createElement("option");
+      o.value = g.group; o.textContent = g.group; o.dataset.first = g.first; o.dataset.last = g.last;
+      select.appendChild(o);
+    });
+    if (current) select.value = current;
+    $("h-pending").textContent = data.unprocessed_recordings
+      ? data.unprocessed_recordings + " recording file(s) not processed yet" : "";
+    showJob(data.job);
+    if (!data.groups.length) message("No lag history yet: record a scenario, then run the lag job.");
+    return data;
+  }
+
+  function layout(title, extra) {
+    return Object.assign({ title: { text: title, font: { size: 14 } }, margin: { l: 90, r: 20, t: 40, b: 60 },
+                           xaxis: { type: "date" }, legend: { orientation: "h" }, height: 320 }, extra || {});
+  }
+
+  function markers(data) {
+    const shapes = [], annotations = [];
+    data.rebalances.forEach((r) => {
+      shapes.push({ type: "line", x0: r.end, x1: r.end, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", color: "#555" } });
+      annotations.push({ x: r.end, y: 1, yref: "paper", text: "rebalance " + r.client_id + " " + r.duration_ms + " ms",
+                         showarrow: false, textangle: -90, xanchor: "right", font: { size: 9 } });
+    });
+    data.flow_control.forEach((f) => {
+      shapes.push({ type: "rect", x0: f.start, x1: f.end, yref: "paper", y0: 0, y1: 1, fillcolor: "#e8590c",
+                    opacity: 0.12, line: { width: 0 } });
+    });
+    return { shapes, annotations };
+  }
+
+  function draw(data) {
+    const labels = Object.keys(data.queues);
+    const m = markers(data);
+    Plotly.react("chart-queue-lag", labels.map((q) => ({
+      x: data.queues[q].t, y: data.queues[q].lag, name: q, mode: "lines", customdata: data.queues[q].owner,
+      hovertemplate: "%{y} msgs (owner %{customdata})<extra>" + q + "</extra>",
+    })), layout("Lag per queue (" + data.res + " windows; dotted: rebalances, bands: flow control)", m));
+    const g = data.group_series;
+    Plotly.react("chart-group-lag", ["lag", "max_lag", "avg_lag", "p95_lag"].map((k) => ({
+      x: g.t, y: g[k], name: k, mode: "lines" })), layout("Group lag (sum over queues)", m));
+    Plotly.react("chart-time-lag", labels.map((q) => ({
+      x: data.queues[q].t, y: data.queues[q].time_lag_ms, name: q, mode: "lines" })),
+      layout("Time lag per queue (ms behind)"));
+    const times = Array.from(new Set(labels.flatMap((q) => data.queues[q].t))).sort();
+    const z = labels.map((q) => {
+      const byT = {}; data.queues[q].t.forEach((t, i) => { byT[t] = STATUS.indexOf(data.queues[q].status[i]); });
+      return times.map((t) => (t in byT ? byT[t] : null));
+    });
+    const n = STATUS.length - 1;
+    Plotly.react("chart-status", [{ type: "heatmap", x: times, y: labels, z: z, zmin: 0, zmax: n,
+      colorscale: STATUS_COLORS.map((c, i) => [i / n, c]),
+      colorbar: { tickvals: STATUS.map((_, i) => i), ticktext: STATUS } }],
+      layout("Status per queue", { height: Math.max(240, 24 * labels.length + 120), legend: {} }));
+  }
+
+  async function load() {
+    updateReportLinks();
+    if (!$("h-group").value) return;
+    const p = params(); p.set("res", $("h-res").value);
+    try {
+      message("loading...");
+      const data = await getJson(root.dataset.dataUrl + "?" + p.toString());
+      draw(data);
+      message(Object.keys(data.queues).length ? "" : "No windows in this range.");
+    } catch (e) {
+      message(e.message, true);
+    }
+  }
+
+  function showJob(job) {
+    if (!job) return;
+    $("h-job-progress").value = job.total ? job.done / job.total : 0;
+    let label = job.state === "idle" ? "" : job.state + (job.total ? " " + job.done + "/" + job.total : "");
+    if (job.label && job.state === "running") label += " - " + job.label;
+    if (job.error) label += " - " + job.error;
+    $("h-job-label").textContent = label;
+    $("h-job").disabled = job.state === "running" || root.dataset.canRun !== "1";
+    if (job.state === "running" && !polling) polling = setInterval(poll, 1000);
+  }
+
+  async function poll() {
+    try {
+      const job = await getJson(root.dataset.jobUrl);
+      showJob(job);
+      if (job.state !== "running") {
+        clearInterval(polling); polling = null;
+        if (job.state === "done") { await loadGroups(); await load(); }
+      }
+    } catch (e) {
+      message(e.message, true);
+    }
+  }
+
+  async function runJob() {
+    $("h-job").disabled = true;
+    const r = await fetch(root.dataset.jobUrl, { method: "POST", credentials: "same-origin",
+      headers: { "X-CSRFToken": csrf(), Accept: "application/json" } });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok && r.status !== 409) message(body.error || r.statusText, true);
+    showJob(body);
+    if (!polling) polling = setInterval(poll, 1000);
+  }
+
+  $("h-load").addEventListener("click", load);
+  $("h-job").addEventListener("click", runJob);
+  $("h-group").addEventListener("change", () => {
+    const o = $("h-group").selectedOptions[0];
+    if (o) { $("h-from").value = toInput(o.dataset.first); $("h-to").value = toInput(o.dataset.last); }
+    load();
+  });
+  ["h-from", "h-to"].forEach((id) => $(id).addEventListener("change", updateReportLinks));
+  loadGroups().then(() => {
+    const o = $("h-group").selectedOptions[0];
+    if (o) { $("h-from").value = toInput(o.dataset.first); $("h-to").value = toInput(o.dataset.last); }
+    load();
+  }).catch((e) => message(e.message, true));
+})();

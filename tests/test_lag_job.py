@@ -1,0 +1,491 @@
+"""The Spark lag job, its reports and pages, on a small recorded scenario (one Spark session).
+
+The scenario and its expected lag history, in plain Python:
+
+Group G1 reads TopicTest: 8 queues (broker-a:0-3, broker-b:0-3) sampled every second at
++300 ms for 5 minutes from 10:58:00Z (so the data crosses an hour boundary):
+
+* every queue receives 10 msgs/s; healthy queues commit every 5 s, 20+q messages behind;
+* broker-b:3 stalls at t=60 s: its committed offset stops while the max offset grows;
+* broker-a:1 rewinds at t=200 s: its committed offset goes 500 back;
+* at t=120 s consumer c3 leaves: c1 and c2 rebalance (events) and ownership moves;
+* c2 reports flow control (count) at t=30..34 s and (size) at t=250 s.
+
+The expectation re-implements the job's definitions (dashboard/lag/job.py, status.py)
+independently, on plain lists.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+T0 = 1_767_265_080_000  # 2026-01-01T10:58:00Z
+SECONDS = 300
+GROUP = "G1"
+TOPIC = "TopicTest"
+QUEUES = [("broker-a", 0), ("broker-a", 1), ("broker-a", 2), ("broker-a", 3),
+          ("broker-b", 0), ("broker-b", 1), ("broker-b", 2), ("broker-b", 3)]
+STALLED = ("broker-b", 3)
+REWOUND = ("broker-a", 1)
+STATUS_ORDER = ["OK", "WARN", "STALL", "STOP", "REWIND"]
+
+
+def _max_offset(i: int, t: int) -> int:
+    return 1000 + 10 * t + i
+
+
+def _store_ts(i: int, offset: int) -> int:
+    return T0 + (offset - 1000 - i) * 100  # 10 msgs/s since T0
+
+
+def _owner(queue, t: int) -> str:
+    if t < 120:
+        return {"broker-a": ["c1", "c1", "c1", "c2"], "broker-b": ["c2", "c2", "c3", "c3"]}[queue[0]][queue[1]]
+    return "c1" if queue[0] == "broker-a" else "c2"
+
+
+def snapshot_rows(t: int) -> list[dict]:
+    ts = T0 + t * 1000 + 300
+    rows = []
+    for i, queue in enumerate(QUEUES):
+        healthy = _max_offset(i, t - t % 5) - (20 + i)
+        co = healthy
+        if queue == STALLED and t >= 60:
+            co = _max_offset(i, 60) - (20 + i)
+        if queue == REWOUND and t >= 200:
+            co = healthy - 500
+        mx = _max_offset(i, t)
+        lag = mx - co
+        rows.append({
+            "ts": ts, "group": GROUP, "topic": TOPIC, "broker": queue[0], "queue_id": queue[1],
+            "broker_min_offset": 0, "broker_max_offset": mx, "consumer_offset": co, "owner": _owner(queue, t),
+            "cached_count": lag, "cached_bytes": lag * 100, "inflight": 0,
+            "oldest_unconsumed_store_ts": _store_ts(i, co) if lag > 0 else 0,
+        })
+    return rows
+
+
+def events(t: int) -> list[dict]:
+    ts = T0 + t * 1000 + 300
+    out = []
+    if t == 120:
+        out += [
+            {"ts": ts - 200, "type": "membership", "group": GROUP, "client_id": "c3", "change": "left"},
+            {"ts": ts - 100, "type": "rebalance", "group": GROUP, "client_id": "c1", "phase": "start"},
+            {"ts": ts - 100, "type": "rebalance", "group": GROUP, "client_id": "c2", "phase": "start"},
+            {"ts": ts + 400, "type": "rebalance", "group": GROUP, "client_id": "c1", "phase": "end",
+             "duration_ms": 500, "changed": ["broker-a:3"]},
+            {"ts": ts + 600, "type": "rebalance", "group": GROUP, "client_id": "c2", "phase": "end",
+             "changed": ["broker-b:2", "broker-b:3"]},
+        ]
+    if 30 <= t < 35:
+        out.append({"ts": ts, "type": "flow_control", "group": GROUP, "client_id": "c2", "reason": "count",
+                    "threshold": 1000, "value": 1000 + t})
+    if t == 250:
+        out.append({"ts": ts, "type": "flow_control", "group": GROUP, "client_id": "c2", "reason": "size",
+                    "threshold": 100, "value": 150})
+    return out
+
+
+def record(recorder, first: int, last: int) -> None:
+    """Feed seconds [first, last) through a Recorder."""
+    for t in range(first, last):
+        recorder.add_snapshot(snapshot_rows(t))
+        for e in events(t):
+            recorder.add_event(e)
+
+
+# -- expectation ---------------------------------------------------------------------
+
+def _lag(r) -> int:
+    base = r["broker_min_offset"] if r["consumer_offset"] < 0 else r["consumer_offset"]
+    return max(0, r["broker_max_offset"] - base)
+
+
+def _time_lag(r) -> int:
+    if _lag(r) > 0 and r["oldest_unconsumed_store_ts"] > 0:
+        return max(0, r["ts"] - r["oldest_unconsumed_store_ts"])
+    return 0
+
+
+def p95(values) -> int:
+    s = sorted(values)
+    return s[max(1, math.ceil(len(s) * 0.95)) - 1]
+
+
+def _half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+def _windows(samples, res_ms):
+    """samples sorted by ts -> {window start: [samples]}"""
+    out = defaultdict(list)
+    for r in samples:
+        out[r["ts"] - r["ts"] % res_ms].append(r)
+    return dict(sorted(out.items()))
+
+
+def _status(points, k, window_ms=60_000, stop_after_ms=300_000):
+    """status.py's rules at point k of one queue's 10-s points [(ws, co, lag)]."""
+    ws = points[k][0]
+    win = [p for p in points[:k + 1] if p[0] >= ws - (window_ms - 10_000)]
+    pair_ends = [j for j in range(1, k + 1) if points[j][0] >= ws - (window_ms - 20_000)]
+    rewind = any(points[j][1] >= 0 and points[j - 1][1] >= 0 and points[j][1] < points[j - 1][1] for j in pair_ends)
+    if rewind:
+        return "REWIND"
+    if min(p[2] for p in win) == 0 or len(win) < 2:
+        return "OK"
+    stop = [p for p in points[:k + 1] if p[0] >= ws - (stop_after_ms - 10_000)]
+    if (len(stop) == stop_after_ms // 10_000 and len({p[1] for p in stop}) == 1 and min(p[2] for p in stop) > 0):
+        return "STOP"
+    full = len(win) == window_ms // 10_000
+    if full and len({p[1] for p in win}) == 1:
+        return "STALL"
+    if full and not any(points[j][2] < points[j - 1][2] for j in pair_ends) and points[k][2] > win[0][2]:
+        return "WARN"
+    return "OK"
+
+
+def expected(first: int, last: int) -> dict:
+    """The lag history of seconds [first, last): {"queue": {(res, broker, qid, ws): {...}},
+    "group": {(res, ws): {...}}, "owner": {(broker, qid, owner, ws): {...}}, "rebalances": [...],
+    "flow": {(res, client, reason, ws): count}}."""
+    per_queue = defaultdict(list)
+    for t in range(first, last):
+        for r in snapshot_rows(t):
+            per_queue[(r["broker"], r["queue_id"])].append(r)
+    out = {"queue": {}, "group": {}, "owner": {}, "rebalances": [], "flow": {}}
+    statuses = {}
+    for res, res_ms in (("10s", 10_000), ("1m", 60_000)):
+        for (broker, qid), samples in per_queue.items():
+            wins = _windows(samples, res_ms)
+            starts = list(wins)
+            points = []
+            for n, ws in enumerate(starts):
+                rows = wins[ws]
+                last_r = rows[-1]
+                tl_end = _time_lag(last_r)
+                if n + 1 < len(starts):
+                    nxt = wins[starts[n + 1]][0]
+                    if nxt["ts"] - last_r["ts"] <= 2 * res_ms:
+                        a, b = _time_lag(last_r), _time_lag(nxt)
+                        tl_end = _half_up(a + (b - a) * (ws + res_ms - last_r["ts"]) / (nxt["ts"] - last_r["ts"]))
+                lags = [_lag(r) for r in rows]
+                out["queue"][(res, broker, qid, ws)] = {
+                    "broker_offset": last_r["broker_max_offset"], "consumer_offset": last_r["consumer_offset"],
+                    "lag": _lag(last_r), "max_lag": max(lags), "avg_lag": sum(lags) / len(lags), "p95_lag": p95(lags),
+                    "time_lag_ms": max(0, tl_end), "max_time_lag_ms": max(_time_lag(r) for r in rows),
+                    "owner": last_r["owner"], "samples": len(rows),
+                }
+                points.append((ws, last_r["consumer_offset"], _lag(last_r)))
+            if res == "10s":
+                for k, p in enumerate(points):
+                    statuses[(broker, qid, p[0] + 10_000)] = _status(points, k)
+    for (res, broker, qid, ws), row in out["queue"].items():
+        row["status"] = statuses.get((broker, qid, ws + (10_000 if res == "10s" else 60_000)), "OK")
+    # group: sum over queues per ts, then windows
+    per_ts = defaultdict(int)
+    for samples in per_queue.values():
+        for r in samples:
+            per_ts[r["ts"]] += _lag(r)
+    for res, res_ms in (("10s", 10_000), ("1m", 60_000)):
+        wins = defaultdict(list)
+        for ts in sorted(per_ts):
+            wins[ts - ts % res_ms].append(per_ts[ts])
+        for ws, lags in wins.items():
+            queue_rows = [v for (r, b, q, w), v in out["queue"].items() if r == res and w == ws]
+            out["group"][(res, ws)] = {"lag": lags[-1], "max_lag": max(lags), "avg_lag": sum(lags) / len(lags),
+                                       "p95_lag": p95(lags), "time_lag_ms": max(v["time_lag_ms"] for v in queue_rows),
+                                       "status": max((v["status"] for v in queue_rows), key=STATUS_ORDER.index)}
+    # owners: per queue, owner and minute
+    for (broker, qid), samples in per_queue.items():
+        groups = defaultdict(list)
+        for r in samples:
+            groups[(r["owner"], r["ts"] - r["ts"] % 60_000)].append(r)
+        for (owner, ws), rows in groups.items():
+            lags = [_lag(r) for r in rows]
+            cos = [r["consumer_offset"] for r in rows]
+            out["owner"][(broker, qid, owner, ws)] = {"samples": len(rows), "last_lag": lags[-1], "max_lag": max(lags),
+                                                     "avg_lag": sum(lags) / len(lags), "consumed": max(cos) - min(cos)}
+    evs = [e for t in range(first, last) for e in events(t)]
+    starts = {}
+    for e in sorted(evs, key=lambda e: e["ts"]):
+        if e["type"] == "rebalance" and e["phase"] == "start":
+            starts[e["client_id"]] = e["ts"]
+        elif e["type"] == "rebalance":
+            start = e["ts"] - e["duration_ms"] if "duration_ms" in e else starts[e["client_id"]]
+            out["rebalances"].append({"client_id": e["client_id"], "start": start, "end": e["ts"],
+                                      "duration_ms": e["ts"] - start})
+        elif e["type"] == "flow_control":
+            for res, res_ms in (("10s", 10_000), ("1m", 60_000)):
+                key = (res, e["client_id"], e["reason"], e["ts"] - e["ts"] % res_ms)
+                out["flow"][key] = out["flow"].get(key, 0) + 1
+    return out
+
+
+# -- the tests -------------------------------------------------------------------------
+
+import csv  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+
+import pandas as pd  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import pytest  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.core.management.base import CommandError  # noqa: E402
+
+from dashboard.lag.history import LagHistory  # noqa: E402
+from dashboard.lag.job import JobParams, LagJob  # noqa: E402
+from dashboard.lag.recorder import Recorder  # noqa: E402
+from dashboard.lag.reports import CSV_COLUMNS  # noqa: E402
+
+from .support import manage_py, wait_until  # noqa: E402
+
+pytestmark = pytest.mark.spark
+CONTRACT = "window_start,window_end,group,topic,broker,queue_id,broker_offset,consumer_offset,lag,max_lag,time_lag_ms,owner,status"
+FIRST_PHASE = 240  # seconds recorded before the first run; the rest comes before the incremental run
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from dashboard.lag.spark import get_spark
+
+    session = get_spark("local[1]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, spark):
+    """Record the first 4 minutes, run the job, record the 5th, run it again; keep both states."""
+    data_dir = tmp_path_factory.mktemp("lagdata")
+    job = LagJob(data_dir / "recordings", data_dir / "lag", spark=spark)
+    with Recorder(data_dir / "recordings") as recorder:
+        record(recorder, 0, FIRST_PHASE)
+    first = job.run()
+    history = LagHistory(data_dir / "lag", data_dir / "recordings")
+    before = {t: history._dataset(t).to_table().to_pandas() for t in ("queue_windows", "group_windows")}
+    with Recorder(data_dir / "recordings") as recorder:
+        record(recorder, FIRST_PHASE, SECONDS)
+    second = job.run()
+    return {"dir": data_dir, "job": job, "first": first, "second": second, "before": before, "history": history}
+
+
+def _ms(ts) -> int:
+    return int(pd.Timestamp(ts).timestamp() * 1000)
+
+
+def _queue_rows(df):
+    return {(r.res, r.broker, int(r.queue_id), _ms(r.window_start)): r for r in df.itertuples()}
+
+
+def _assert_queue_windows(df, expect):
+    got = _queue_rows(df)
+    assert set(got) == set(expect["queue"])
+    for key, e in expect["queue"].items():
+        r = got[key]
+        actual = {"broker_offset": r.broker_offset, "consumer_offset": r.consumer_offset, "lag": r.lag,
+                  "max_lag": r.max_lag, "avg_lag": pytest.approx(r.avg_lag), "p95_lag": r.p95_lag,
+                  "time_lag_ms": r.time_lag_ms, "max_time_lag_ms": r.max_time_lag_ms, "owner": r.owner,
+                  "samples": r.samples, "status": r.status}
+        assert actual == {**e, "avg_lag": pytest.approx(e["avg_lag"])}, key
+
+
+def test_first_run_matches_hand_computed_history(lab):
+    assert lab["first"].state == "done"
+    _assert_queue_windows(lab["before"]["queue_windows"], expected(0, FIRST_PHASE))
+
+
+def test_job_figures_match_hand_computed_history(lab):
+    expect = expected(0, SECONDS)
+    h = lab["history"]
+    _assert_queue_windows(h._dataset("queue_windows").to_table().to_pandas(), expect)
+
+    groups = h.windows("group_windows", GROUP)
+    got = {(r.res, _ms(r.window_start)): {"lag": r.lag, "max_lag": r.max_lag, "avg_lag": pytest.approx(r.avg_lag),
+                                          "p95_lag": r.p95_lag, "time_lag_ms": r.time_lag_ms, "status": r.status}
+           for r in groups.itertuples()}
+    assert got == expect["group"]
+
+    owners = h.windows("owner_windows", GROUP)
+    got = {(r.broker, int(r.queue_id), r.owner, _ms(r.window_start)): {
+        "samples": r.samples, "last_lag": r.last_lag, "max_lag": r.max_lag,
+        "avg_lag": pytest.approx(r.avg_lag), "consumed": r.consumed} for r in owners.itertuples()}
+    assert got == expect["owner"]
+    # ownership of broker-a:3 moved from c2 to c1 at the rebalance (minute 11:00)
+    assert {k[2] for k in got if k[:2] == ("broker-a", 3)} == {"c1", "c2"}
+
+    rebalances = h.windows("rebalances", GROUP, end_col="end")
+    assert [{"client_id": r.client_id, "start": _ms(r.start), "end": _ms(r.end), "duration_ms": r.duration_ms}
+            for r in rebalances.sort_values("client_id").itertuples()] == expect["rebalances"]
+
+    flow = h.windows("flow_control", GROUP)
+    assert {(r.res, r.client_id, r.reason, _ms(r.window_start)): r.count for r in flow.itertuples()} == expect["flow"]
+
+
+def test_stalled_queue_is_stall_and_rewound_queue_rewind(lab):
+    expect = expected(0, SECONDS)
+    last_10s = max(ws for (res, b, q, ws) in expect["queue"] if res == "10s")
+    rows = _queue_rows(lab["history"].windows("queue_windows", GROUP, res="10s"))
+    assert rows[("10s", *STALLED, last_10s)].status == "STALL"
+    assert rows[("10s", "broker-a", 0, last_10s)].status == "OK"
+    rewind_at = T0 + 200_000 - 200_000 % 10_000
+    assert rows[("10s", *REWOUND, rewind_at)].status == "REWIND"
+    assert {r.status for k, r in rows.items() if k[1:3] == STALLED and k[3] >= T0 + 140_000} == {"STALL"}
+
+
+def test_incremental_rerun_adds_only_the_new_windows(lab):
+    second = lab["second"]
+    assert second.new_files == 2  # the 5th minute: one snapshot and one event file
+    # it recomputes from one minute before the new data, not from the start
+    assert second.range_ms[0] == T0 + (FIRST_PHASE - 60) * 1000
+    before = lab["before"]["queue_windows"]
+    after = lab["history"]._dataset("queue_windows").to_table().to_pandas()
+    for res, per_minute in (("10s", 6), ("1m", 1)):
+        assert (after.res == res).sum() == (before.res == res).sum() + len(QUEUES) * per_minute
+    # windows older than the recomputed range are untouched
+    cutoff = pd.Timestamp(second.range_ms[0], unit="ms", tz="UTC")
+    cols = sorted(before.columns)
+    old = before[before.window_start < cutoff][cols].sort_values(["res", "broker", "queue_id", "window_start"])
+    kept = after[after.window_start < cutoff][cols].sort_values(["res", "broker", "queue_id", "window_start"])
+    pd.testing.assert_frame_equal(old.reset_index(drop=True), kept.reset_index(drop=True))
+    # and a run with nothing new does nothing
+    assert lab["job"].run().state == "nothing-new"
+
+
+def test_targeted_rerun_of_one_group_and_range_changes_nothing_else(lab):
+    h = lab["history"]
+    before = h._dataset("queue_windows").to_table().to_pandas()
+    result = lab["job"].run(JobParams(since_ms=T0 + 120_000, until_ms=T0 + 180_000, group=GROUP))
+    assert result.state == "done" and result.range_ms == (T0 + 120_000, T0 + 180_000)
+    assert result.windows["queue_windows"] == len(QUEUES) * (6 + 1)  # that minute, recomputed
+    after = h._dataset("queue_windows").to_table().to_pandas()
+    order = ["res", "broker", "queue_id", "window_start"]
+    pd.testing.assert_frame_equal(before.sort_values(order).reset_index(drop=True)[sorted(before.columns)],
+                                  after.sort_values(order).reset_index(drop=True)[sorted(before.columns)])
+    assert lab["job"].load_state()["runs"] == 2  # targeted runs leave the incremental state alone
+
+
+def _report(client, fmt, **params):
+    return client.get(f"/reports/lag.{fmt}", {"group": GROUP, **params})
+
+
+@pytest.fixture
+def web(lab, settings, client):
+    settings.DATA_DIR = lab["dir"]
+    settings.DASHBOARD_PUBLIC_READ = True
+    return client
+
+
+def test_csv_report_columns_and_rows(web):
+    response = _report(web, "csv", **{"from": "2026-01-01T10:59:00Z", "to": "2026-01-01T11:01:00Z"})
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert text.split("\n")[0].startswith(CONTRACT + ",")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 2 * len(QUEUES)  # two 1-minute windows per queue
+    row = next(r for r in rows if (r["broker"], r["queue_id"]) == ("broker-b", "3") and r["window_start"] == "2026-01-01T11:00:00Z")
+    e = expected(0, SECONDS)["queue"][("1m", "broker-b", 3, T0 + 120_000)]
+    assert row["window_end"] == "2026-01-01T11:01:00Z"
+    assert (int(row["lag"]), int(row["max_lag"]), int(row["time_lag_ms"]), row["owner"], row["status"]) == (
+        e["lag"], e["max_lag"], e["time_lag_ms"], e["owner"], "STALL")
+    assert int(row["broker_offset"]) - int(row["consumer_offset"]) == int(row["lag"])
+
+
+def test_parquet_json_and_html_reports(web):
+    response = _report(web, "parquet")
+    assert response.status_code == 200
+    table = pq.read_table(io.BytesIO(response.content))
+    assert table.column_names[:len(CSV_COLUMNS)] == CSV_COLUMNS
+    assert table.num_rows == len(QUEUES) * 5
+    assert str(table.schema.field("window_start").type) == "timestamp[ms, tz=UTC]"
+
+    body = _report(web, "json").json()
+    assert body["columns"][:len(CSV_COLUMNS)] == CSV_COLUMNS and len(body["rows"]) == len(QUEUES) * 5
+    stalled = next(q for q in body["queues"] if (q["broker"], q["queue_id"]) == STALLED)
+    assert stalled["last_status"] == "STALL"
+    assert {o["owner"] for o in body["owners"]} == {"c1", "c2", "c3"}
+
+    html = _report(web, "html").content.decode()
+    assert '<script src="http' not in html and "Plotly.newPlot" in html  # nothing fetched: opens offline
+    assert len(html) > 3_000_000  # plotly.js itself is inlined
+    assert "Lag per queue" in html and "Status per queue" in html
+    lags = [r["lag"] for r in body["rows"] if (r["broker"], r["queue_id"]) == STALLED]
+    assert json.dumps(lags).replace(" ", "") in html.replace(" ", "")  # the chart's data
+
+
+def test_history_page_and_data(web):
+    assert web.get("/history/").status_code == 200
+    groups = web.get("/history/groups.json").json()
+    assert [g["group"] for g in groups["groups"]] == [GROUP]
+    data = web.get("/history/data.json", {"group": GROUP}).json()
+    assert data["res"] == "10s" and len(data["queues"]) == len(QUEUES)
+    assert data["queues"]["broker-b:3"]["status"][-1] == "STALL"
+    assert [r["client_id"] for r in data["rebalances"]] == ["c1", "c2"]
+    assert len(data["flow_control"]) == 2
+
+
+@pytest.mark.parametrize("fmt,params,needle", [
+    ("csv", {"group": "nope"}, "unknown group"),
+    ("csv", {"group": GROUP, "from": "2026-01-01T11:00:00Z", "to": "2026-01-01T10:00:00Z"}, "after"),
+    ("csv", {"group": GROUP, "from": "yesterday"}, "ISO-8601"),
+    ("xlsx", {"group": GROUP}, "unknown format"),
+])
+def test_bad_report_parameters_are_400(web, fmt, params, needle):
+    response = web.get(f"/reports/lag.{fmt}", params)
+    assert response.status_code == 400
+    assert needle in response.json()["error"]
+    assert web.get("/history/data.json", params if fmt == "csv" else {"group": "nope"}).status_code == 400
+
+
+def test_lagreport_command(lab, settings, tmp_path):
+    settings.DATA_DIR = lab["dir"]
+    out = tmp_path / "lag.csv"
+    call_command("lagreport", "--group", GROUP, "--res", "10s", "--format", "csv", "-o", str(out), "--no-job")
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith(CONTRACT) and len(lines) == 1 + len(QUEUES) * 30
+    for args in (["--group", "nope"], ["--group", GROUP, "--from", "2026-01-02", "--to", "2026-01-01"],
+                 ["--group", GROUP, "--format", "xlsx"], ["--group", GROUP, "--to", "soon"]):
+        bad = tmp_path / "bad.csv"
+        with pytest.raises(CommandError) as error:
+            call_command("lagreport", *args, "-o", str(bad))
+        assert error.value.returncode == 2 and not bad.exists()
+
+
+def test_lagreport_exit_code_2_from_the_command_line(lab, tmp_path):
+    proc = manage_py("lagreport", "--group", "nope", "--format", "csv", "-o", str(tmp_path / "x.csv"),
+                     env={"LAB_DATA_DIR": str(lab["dir"])})
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "unknown group" in output
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_lagjob_bad_dates_exit_2(lab, settings):
+    settings.DATA_DIR = lab["dir"]
+    for args in (["--since", "noon"], ["--since", "2026-01-02", "--until", "2026-01-01"]):
+        with pytest.raises(CommandError) as error:
+            call_command("lagjob", *args)
+        assert error.value.returncode == 2
+
+
+@pytest.mark.django_db
+def test_job_button_needs_a_user_and_reports_progress(lab, settings, client, django_user_model):
+    settings.DATA_DIR = lab["dir"]
+    assert client.post("/history/job/").status_code == 401
+    assert client.get("/history/job/").status_code == 401  # reading needs a login too
+    user = django_user_model.objects.create_user("lag", password="x")
+    client.force_login(user)
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    assert strict.post("/history/job/").status_code == 403  # no CSRF token
+    response = client.post("/history/job/")
+    assert response.status_code == 202 and response.json()["state"] == "running"
+    # everything is processed already: the job process finds nothing new and ends quickly
+    status = wait_until(lambda: (s := client.get("/history/job/").json())["state"] != "running" and s,
+                        timeout=120, message="the lag job process to finish")
+    assert status["state"] == "done", status
+    assert status["result"]["state"] == "nothing-new" and status["done"] == status["total"] > 0
+    assert "progress 0/8 plan" in (lab["dir"] / "lag" / "_job.log").read_text()

@@ -1,0 +1,103 @@
+"""The lag recorder (Parquet per minute, bounded memory, flush on close) and the broker sampler."""
+import asyncio
+import json
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from dashboard.lag.recorder import BrokerSampler, Recorder
+
+T0 = 1_767_265_080_000  # 2026-01-01T10:58:00Z
+
+
+def _row(ts, qid=0, **extra):
+    return {"ts": ts, "group": "G", "topic": "T", "broker": "broker-a", "queue_id": qid, "broker_min_offset": 0,
+            "broker_max_offset": 10, "consumer_offset": 5, "owner": "c1", **extra}
+
+
+def _files(root, kind):
+    return sorted(p.relative_to(root).as_posix() for p in (root / kind).rglob("*") if p.is_file())
+
+
+def test_files_roll_per_minute_in_date_hour_partitions(tmp_path):
+    recorder = Recorder(tmp_path)
+    recorder.add_snapshot([_row(T0 + s * 1000, q) for s in range(60) for q in range(2)])  # 10:58
+    assert _files(tmp_path, "snapshots") == []  # the minute is still open
+    recorder.add_snapshot([_row(T0 + 60_000)])  # 10:59 starts: 10:58 is written
+    assert len(files := _files(tmp_path, "snapshots")) == 1
+    assert files[0].startswith("snapshots/date=2026-01-01/hour=10/part-58-") and files[0].endswith(".parquet")
+    recorder.add_snapshot([_row(T0 + 120_000)])  # 11:00, the next hour
+    recorder.close()  # writes 11:00
+    names = _files(tmp_path, "snapshots")
+    assert [n.split("/")[2] + "/" + n.split("/")[3][:7] for n in names] == [
+        "hour=10/part-58", "hour=10/part-59", "hour=11/part-00"]
+    table = ds.dataset(tmp_path / "snapshots", format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 122
+    assert table.column("cached_count").to_pylist()[0] == 0  # defaults filled
+    assert not list(tmp_path.rglob(".*.tmp"))  # written under a dot-name, then renamed
+
+
+def test_memory_is_bounded_and_events_keep_their_fields(tmp_path):
+    recorder = Recorder(tmp_path, max_rows=100)
+    recorder.add_snapshot([_row(T0 + i, i % 8) for i in range(250)])  # one minute, 250 rows
+    assert len(_files(tmp_path, "snapshots")) == 1  # a full buffer is written before the minute ends
+    recorder.add_event({"ts": T0 + 5, "type": "rebalance", "group": "G", "client_id": "c1", "phase": "end",
+                        "duration_ms": 12, "changed": ["broker-a:1"]})
+    recorder.close()
+    assert sum(pq.read_metadata(tmp_path / f).num_rows for f in _files(tmp_path, "snapshots")) == 250
+    [event_file] = _files(tmp_path, "events")
+    row = pq.read_table(tmp_path / event_file).to_pylist()[0]
+    assert (row["ts"], row["type"], row["group"], row["client_id"]) == (T0 + 5, "rebalance", "G", "c1")
+    assert json.loads(row["fields"]) == {"phase": "end", "duration_ms": 12, "changed": ["broker-a:1"]}
+
+
+def test_sampler_rows_keep_the_groups_topics_and_merge_consumer_state():
+    from consumers_app.protocol import lab
+
+    queues = [lab.QueueOffsets(queue=lab.QueueRef(topic="T", broker_name="broker-a", queue_id=i), min_offset=0,
+                               max_offset=10, committed_offset=4 if i == 0 else -1) for i in range(2)]
+    queues.append(lab.QueueOffsets(queue=lab.QueueRef(topic="Other", broker_name="broker-a", queue_id=0),
+                                   max_offset=7, committed_offset=-1))
+    rows = BrokerSampler.rows_for("G", 99, queues, {"broker-a:1": {"owner": "c2", "cached_count": 3, "cached_bytes": 9}})
+    assert [(r["topic"], r["queue_id"], r["consumer_offset"], r["owner"], r["cached_count"]) for r in rows] == [
+        ("T", 0, 4, None, 0), ("T", 1, -1, "c2", 3)]
+
+
+async def test_sampler_against_the_real_broker(broker, tmp_path):
+    """Produce to the embedded broker, commit an offset, sample a few ticks, read the Parquet back."""
+    import grpc
+
+    from consumers_app.client import Producer, ProducerConfig
+    from consumers_app.protocol import lab, lab_grpc
+    from tests.support import async_wait_until
+
+    producer = Producer(ProducerConfig(endpoints=broker.address, topic="TopicTest", batch_size=40))
+    await producer.start()
+    await producer.send_batch(40)
+    await producer.shutdown()
+    async with grpc.aio.insecure_channel(broker.address) as channel:
+        stub = lab_grpc.LabAdminStub(channel)
+        a0 = lab.QueueRef(topic="TopicTest", broker_name="broker-a", queue_id=0)
+        offsets = await stub.GetQueueOffsets(lab.QueueOffsetsRequest(topic="TopicTest"))
+        max_a0 = next(q.max_offset for q in offsets.queues if q.queue.queue_id == 0)
+        await stub.PullBatch(lab.PullBatchRequest(group="GID_LAG", queue=a0, offset=1, max_messages=1,
+                                                  tag_expression="*", commit_offset=1))
+    recorder = Recorder(tmp_path)
+    sampler = BrokerSampler(broker.address, recorder, lambda: ["GID_LAG"],
+                            lambda g: {"broker-a:0": {"owner": "c1", "cached_count": 3, "cached_bytes": 30}},
+                            interval=0.05)
+    task = asyncio.create_task(sampler.run())
+    await async_wait_until(lambda: sampler.ticks >= 3, timeout=20, message="three sampler ticks")
+    sampler.stop()
+    await asyncio.wait_for(task, 10)
+    recorder.close()
+    assert sampler.errors == 0
+    rows = ds.dataset(tmp_path / "snapshots", format="parquet", partitioning="hive").to_table().to_pylist()
+    ticks = sorted({r["ts"] for r in rows})
+    assert len(ticks) >= 3 and len(rows) == 8 * len(ticks)  # every queue of the topic, every tick
+    last = [r for r in rows if r["ts"] == ticks[-1]]
+    assert sum(r["broker_max_offset"] for r in last) == 40
+    q0 = next(r for r in last if r["queue_id"] == 0)
+    assert (q0["broker_max_offset"], q0["consumer_offset"], q0["owner"], q0["cached_count"]) == (max_a0, 1, "c1", 3)
+    assert q0["oldest_unconsumed_store_ts"] > 0
+    assert {r["consumer_offset"] for r in last if r["queue_id"] != 0} == {-1}
