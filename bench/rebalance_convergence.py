@@ -1,0 +1,154 @@
+"""Rebalance convergence: how long from a membership change until every queue is owned
+exactly once again, across the group's consumers' current assignments.
+
+For (consumers, queues) in (4,16), (16,64), (64,256): start a broker of our own (free
+loopback port, temp dir), start that many of our push consumers in this one process
+(one event loop, AVG, RocketMQ's default intervals: the periodic rebalance is 20 s, so
+what is measured is the notice-driven path), then repeatedly make one leave gracefully
+and one join. The clock starts when shutdown()/start() is called and stops at the first
+``assignment`` event after which every live consumer holds exactly what AVG gives it for
+the new member list (which implies every queue owned exactly once). Changes are spaced
+past RebalanceService's 1 s minInterval. Prints p50/p99/max per size.
+
+    .venv/bin/python bench/rebalance_convergence.py [--changes 20] [--sizes 4x16,16x64,64x256]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.brokers import BrokerProcess  # noqa: E402
+
+from consumers_app.allocate import get_strategy  # noqa: E402
+from consumers_app.client import PushConsumer, PushConsumerConfig  # noqa: E402
+from consumers_app.client.rebalance import allocate  # noqa: E402
+from consumers_app.events import EventEmitter  # noqa: E402
+from consumers_app.message_queue import MessageQueue  # noqa: E402
+
+BROKER = "broker-a"
+
+
+class Convergence:
+    """Watches assignment events; resolves when the live set matches its expected allocation."""
+
+    def __init__(self, group: str, queues: list[MessageQueue]):
+        self.group = group
+        self.queues = queues
+        self.live: dict[str, PushConsumer] = {}
+        self.expected: dict[str, set] = {}
+        self.waiter: asyncio.Future | None = None
+        self.strategy = get_strategy("AVG")
+
+    def expect(self, live: dict[str, PushConsumer]) -> asyncio.Future:
+        self.live = dict(live)
+        cids = list(self.live)
+        self.expected = {cid: set(allocate(self.strategy, self.group, cid, self.queues, cids)) for cid in cids}
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.check()
+        return self.waiter
+
+    def converged(self) -> bool:
+        owned = 0
+        for cid, consumer in self.live.items():
+            mine = set(consumer.rebalance_impl.process_queue_table)  # ProcessQueues held now
+            mine = {mq for mq in mine if mq.topic == self.queues[0].topic and
+                    not consumer.rebalance_impl.process_queue_table[mq].dropped}
+            if mine != self.expected[cid]:
+                return False
+            owned += len(mine)
+        return owned == len(self.queues)  # every queue exactly once
+
+    def check(self) -> None:
+        if self.waiter is not None and not self.waiter.done() and self.converged():
+            self.waiter.set_result(time.perf_counter())
+
+    def on_event(self, event: dict) -> None:
+        if event["type"] == "assignment" and event["group"] == self.group:
+            self.check()
+
+
+def consumer(addr: str, group: str, topic: str, cid: str, emitter) -> PushConsumer:
+    return PushConsumer(group, topic, None, PushConsumerConfig(endpoints=addr, client_id=cid), emitter=emitter)
+
+
+async def measure(addr: str, n: int, q: int, changes: int) -> dict:
+    topic = f"Conv{q}"
+    group = f"GID_CONV_{n}x{q}"
+    queues = [MessageQueue(topic, BROKER, i) for i in range(q)]
+    emitter = EventEmitter(keep=100)
+    conv = Convergence(group, queues)
+    emitter.subscribe(conv.on_event)
+    live: dict[str, PushConsumer] = {}
+    seq = 0
+
+    def next_id():
+        nonlocal seq
+        seq += 1
+        return f"c{seq:04d}"
+
+    started = time.perf_counter()
+    for _ in range(n):
+        c = consumer(addr, group, topic, next_id(), emitter)
+        live[c.client_id] = c
+        await c.start()
+    await asyncio.wait_for(conv.expect(live), 60)
+    setup_s = time.perf_counter() - started
+
+    samples = {"join": [], "leave": []}
+    for i in range(changes):
+        await asyncio.sleep(1.2)  # past minInterval (1 s) since everyone's last rebalance
+        if i % 2 == 0:
+            victim = live.pop(sorted(live)[(i * 7) % len(live)])
+            waiter = conv.expect(live)
+            t0 = time.perf_counter()
+            await victim.shutdown()
+            kind = "leave"
+        else:
+            c = consumer(addr, group, topic, next_id(), emitter)
+            live[c.client_id] = c
+            waiter = conv.expect(live)
+            t0 = time.perf_counter()
+            await c.start()
+            kind = "join"
+        t1 = await asyncio.wait_for(waiter, 60)
+        samples[kind].append((t1 - t0) * 1000)
+    for c in live.values():
+        await c.shutdown()
+    return {"setup_s": setup_s, **samples}
+
+
+def pct(values, p):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    k = max(0, min(len(values) - 1, round(p / 100 * (len(values) - 1))))
+    return values[k]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--changes", type=int, default=20, help="membership changes per size (half leaves, half joins)")
+    ap.add_argument("--sizes", default="4x16,16x64,64x256")
+    args = ap.parse_args()
+    sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
+    topics = [f"Conv{q}:{q}@{BROKER}" for _, q in sizes]
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp), topics=topics) as broker:
+        print(f"{'consumers x queues':>20} {'changes':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+              f" {'join p50':>9} {'leave p50':>10}")
+        for n, q in sizes:
+            result = asyncio.run(measure(broker.address, n, q, args.changes))
+            every = result["join"] + result["leave"]
+            print(f"{f'{n} x {q}':>20} {len(every):>8} {pct(every, 50):>8.1f} {pct(every, 99):>8.1f}"
+                  f" {max(every):>8.1f} {pct(result['join'], 50):>9.1f} {pct(result['leave'], 50):>10.1f}"
+                  f"   (start-up of {n}: {result['setup_s']:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

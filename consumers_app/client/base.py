@@ -1,0 +1,315 @@
+"""What every consumer of the lab shares: identity, heartbeats, membership notices,
+topic routes, the listener wrapper with the lab's fault knobs, and event reporting.
+
+Lifecycle (the lab controller calls these on every client, whatever its mode):
+
+* ``await start()``      register (heartbeat), then run.
+* ``await shutdown()``   graceful: persist offsets, NotifyClientTermination (the group
+                         rebalances at once), close.
+* ``await abort()``      die without goodbye: every loop stops, no offset persist, no
+                         termination notice; the broker must expire us.
+* ``hang()`` / ``resume()``  the listener blocks (heartbeats go on) / unblocks.
+* ``set_slow(ms)``, ``set_fail_ratio(r)``, ``set_strategy(name, **options)``.
+* ``snapshot()``         a dict of what this consumer holds right now.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections import Counter
+
+import grpc
+
+from .. import events
+from ..message_queue import MessageQueue
+from ..protocol import lab, v2, v2_service
+from .config import ConsumeResult
+from .connection import Connection, check, new_client_id, resource
+
+log = logging.getLogger(__name__)
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def _readable(permission) -> bool:
+    return permission in (v2.Permission.READ, v2.Permission.READ_WRITE, v2.Permission.PERMISSION_UNSPECIFIED)
+
+
+class ConsumeStats:
+    """Counters: totals for snapshot(), per-interval deltas for ``consume`` events."""
+
+    __slots__ = ("ok", "retry", "fail", "_last")
+
+    def __init__(self):
+        self.ok = self.retry = self.fail = 0
+        self._last = (0, 0, 0)
+
+    def totals(self) -> dict:
+        return {"ok": self.ok, "retry": self.retry, "fail": self.fail}
+
+    def interval(self) -> dict | None:
+        now = (self.ok, self.retry, self.fail)
+        if now == self._last:
+            return None
+        last, self._last = self._last, now
+        return {"ok": now[0] - last[0], "retry": now[1] - last[1], "fail": now[2] - last[2]}
+
+
+class ConsumerBase:
+    mode = "push"
+    client_type = v2.ClientType.PUSH_CONSUMER
+
+    def __init__(self, group: str, topic: str, listener=None, config=None, emitter=None,
+                 tag_expression: str = "*"):
+        self.config = config
+        self.group = group
+        self.topic = topic
+        self.tag_expression = tag_expression
+        self.client_id = config.client_id or new_client_id()
+        self.emitter = emitter or events.emitter
+        self.listener = listener or (lambda msgs: ConsumeResult.SUCCESS)
+        self.connection: Connection | None = None
+        self.stats = ConsumeStats()
+        self.flow_control_counts: Counter = Counter()
+        self.members: list[str] = []
+        self._members_hint: list[str] | None = None
+        self.topic_queues: dict[str, list[MessageQueue]] = {}
+        self.state = "created"  # created | running | stopping | stopped | aborted
+        self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Lab fault knobs, read by consume threads.
+        self._gate = threading.Event()
+        self._gate.set()
+        self._closing = threading.Event()
+        self.slow_ms = 0.0
+        self.fail_ratio = 0.0
+        self.hung = False
+        self._fc_last_emit: dict[tuple, float] = {}
+        self._last_offsets: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ events
+
+    def emit(self, type: str, **fields) -> None:
+        self.emitter.emit(type, self.group, self.client_id, mode=self.mode, **fields)
+
+    def note_flow_control(self, mq: MessageQueue, fc) -> None:
+        """Count every flow-control decision; emit at most one event per queue/reason/interval."""
+        self.flow_control_counts[fc.reason] += 1
+        key = (mq, fc.reason)
+        now = time.monotonic()
+        if now - self._fc_last_emit.get(key, -1e9) >= self.config.flow_control_event_interval_ms / 1000:
+            self._fc_last_emit[key] = now
+            self.emit("flow_control", queue=mq.label, topic=mq.topic, reason=fc.reason,
+                      threshold=fc.threshold, value=fc.value, times=self.flow_control_counts[fc.reason])
+
+    # ------------------------------------------------------------------ tasks
+
+    def spawn(self, coro, name: str | None = None) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _cancel_tasks(self) -> None:
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    # ------------------------------------------------------------------ broker calls
+
+    def _timeout(self) -> float:
+        return self.config.rpc_timeout_ms / 1000
+
+    async def send_heartbeat(self) -> None:
+        resp = await self.connection.v2.Heartbeat(
+            v2_service.HeartbeatRequest(group=resource(self.group), client_type=self.client_type),
+            metadata=self.connection.metadata, timeout=self._timeout())
+        check(resp.status)
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.send_heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - try again next period
+                log.warning("%s heartbeat failed: %s", self.client_id, exc)
+
+    async def query_route(self, topic: str) -> list[MessageQueue] | None:
+        """Readable queues of ``topic`` (None if the broker does not know the topic)."""
+        try:
+            resp = await self.connection.v2.QueryRoute(
+                v2_service.QueryRouteRequest(topic=resource(topic)),
+                metadata=self.connection.metadata, timeout=self._timeout())
+        except grpc.aio.AioRpcError as exc:
+            log.warning("route of %s: %s", topic, exc.code())
+            return self.topic_queues.get(topic)
+        if resp.status.code != v2.Code.OK:
+            return None
+        return sorted(MessageQueue(mq.topic.name, mq.broker.name, mq.id)
+                      for mq in resp.message_queues if _readable(mq.permission))
+
+    async def refresh_routes(self) -> bool:
+        """updateTopicSubscribeInfo: returns True when some topic's queue set changed."""
+        changed = False
+        for topic in list(self.subscriptions):
+            queues = await self.query_route(topic)
+            if queues is None:
+                if self.topic_queues.pop(topic, None) is not None:
+                    changed = True
+                continue
+            if self.topic_queues.get(topic) != queues:
+                self.topic_queues[topic] = queues
+                changed = True
+        return changed
+
+    async def _route_loop(self) -> None:
+        interval = self.config.poll_name_server_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if await self.refresh_routes():
+                    self.on_route_changed()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s route refresh failed: %s", self.client_id, exc)
+
+    def on_route_changed(self) -> None:
+        """Queues were added or removed: subclasses rebalance."""
+
+    async def list_members(self) -> list[str] | None:
+        """findConsumerIdList: the group's live client ids.
+
+        After a membership notice the notice's own list is used (it is the broker's
+        list at that change, and saves 64 consumers 64 calls at once); otherwise, as
+        in RocketMQ, the broker is asked.
+        """
+        hint, self._members_hint = self._members_hint, None
+        if hint is not None:
+            self.members = hint
+            return hint
+        resp = await self.connection.lab.ListGroupMembers(
+            lab.GroupRequest(group=self.group), metadata=self.connection.metadata, timeout=self._timeout())
+        check(resp.status)
+        self.members = list(resp.client_ids)
+        return self.members
+
+    async def _watch_membership(self) -> None:
+        """The lab's 'consumer ids changed' notice: rebalance at once on every change."""
+        while True:
+            try:
+                stream = self.connection.lab.WatchMembership(
+                    lab.GroupRequest(group=self.group), metadata=self.connection.metadata)
+                async for change in stream:
+                    members = list(change.client_ids)
+                    self.emit("membership", members=members, joined=list(change.joined),
+                              left=list(change.left), reason=change.reason)
+                    # Rebalance on every change, and on the initial list if it differs from
+                    # the one our last rebalance used (a change we missed while not watching).
+                    # No last list yet: the start-up rebalance will ask the broker anyway.
+                    if change.reason != "initial" or (self.members and members != self.members):
+                        self._members_hint = members
+                        self.on_membership_changed(change)
+                    self.members = members
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-subscribe; the periodic rebalance covers the gap
+                log.info("%s membership watch ended: %s", self.client_id, exc)
+            await asyncio.sleep(1.0)
+
+    def on_membership_changed(self, change) -> None:
+        """Subclasses rebalance."""
+
+    async def notify_termination(self) -> None:
+        try:
+            await self.connection.v2.NotifyClientTermination(
+                v2_service.NotifyClientTerminationRequest(group=resource(self.group)),
+                metadata=self.connection.metadata, timeout=self._timeout())
+        except Exception as exc:  # noqa: BLE001 - the broker will expire us anyway
+            log.warning("%s termination notice failed: %s", self.client_id, exc)
+
+    # ------------------------------------------------------------------ listener (consume threads)
+
+    def call_listener(self, msgs) -> ConsumeResult:
+        """Run the user's listener with the lab's faults applied. Runs on a consume thread.
+
+        Returns None when the consumer is closing while the listener was held by hang().
+        """
+        gate = self._gate
+        while not gate.wait(0.2):
+            if self._closing.is_set():
+                return None
+        if self.slow_ms:
+            time.sleep(self.slow_ms / 1000)  # the lab's "slow consumer"
+        if self.fail_ratio and random.random() < self.fail_ratio:
+            return ConsumeResult.RECONSUME_LATER
+        try:
+            result = self.listener(msgs)
+        except Exception:  # noqa: BLE001 - RocketMQ treats a throwing listener as RECONSUME_LATER
+            log.exception("listener of %s raised", self.client_id)
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.RECONSUME_LATER if result is None else result
+
+    # ------------------------------------------------------------------ lab controls
+
+    def hang(self) -> None:
+        """Keep heartbeating, stop consuming: the listener blocks until resume()."""
+        self.hung = True
+        self._gate.clear()
+        self.emit("fault", fault="hang")
+
+    def resume(self) -> None:
+        self.hung = False
+        self._gate.set()
+        self.emit("fault", fault="resume")
+
+    def set_slow(self, ms_per_message: float) -> None:
+        self.slow_ms = max(0.0, float(ms_per_message))
+        self.emit("fault", fault="slow", ms=self.slow_ms)
+
+    def set_fail_ratio(self, ratio: float) -> None:
+        self.fail_ratio = min(1.0, max(0.0, float(ratio)))
+        self.emit("fault", fault="fail", ratio=self.fail_ratio)
+
+    def _emit_offsets(self, owned) -> None:
+        """``offset`` event: the committed offsets (this topic) that moved since the last one."""
+        owned = set(owned)
+        current = {mq.label: off for mq, off in self.offset_store.table.items()
+                   if mq in owned and mq.topic == self.topic}
+        last = self._last_offsets
+        changed = {label: off for label, off in current.items() if last.get(label) != off}
+        if changed:
+            last.update(changed)
+            self.emit("offset", topic=self.topic, offsets=changed)
+
+    def _release_threads(self) -> None:
+        self._closing.set()
+        self._gate.set()
+
+    def _reporting_loops(self):
+        return [self._consume_event_loop()]
+
+    async def _consume_event_loop(self) -> None:
+        interval = self.config.consume_event_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            counts = self.stats.interval()
+            if counts:
+                self.emit("consume", interval_ms=self.config.consume_event_interval_ms, **counts)

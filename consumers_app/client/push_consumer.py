@@ -1,0 +1,498 @@
+"""PushConsumer: RocketMQ 4.x's DefaultMQPushConsumer, on our broker.
+
+"Push" is a pull loop in disguise (seed 000): RebalanceService decides which queues
+are ours, each gets a ProcessQueue and one circulating PullRequest, PullMessageService
+pulls (long polling, batches of pullBatchSize via the lab's PullBatch, the in-memory
+offset piggy-backed as the commit), and the consume service runs the listener on a
+thread pool. Offsets go to the broker (clustering) or a local file (broadcasting).
+
+    consumer = PushConsumer("GID_LAB", "TopicTest", listener, PushConsumerConfig(endpoints=addr))
+    await consumer.start()
+    ...
+    await consumer.shutdown()
+
+The listener is a plain callable ``listener(messages) -> ConsumeResult`` run on the
+consume thread pool (one message per call). ``orderly=True`` selects orderly
+consumption (MessageListenerOrderly).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ..message_queue import MessageQueue
+from ..protocol import lab
+from .base import ConsumerBase, retry_topic
+from .config import MessageModel, PushConsumerConfig
+from .connection import Connection, check, queue_ref
+from .consume_service import ConcurrentlyConsumeService, OrderlyConsumeService
+from .flow_control import check_push, per_queue_threshold
+from .message import MessageExt
+from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
+from .process_queue import ProcessQueue
+from .pull_service import PullMessageService, PullRequest
+from .rebalance import RebalanceImpl, RebalanceService
+from .start_offset import compute_pull_from_where
+
+log = logging.getLogger(__name__)
+
+FOUND = lab.FOUND
+NO_NEW_MSG = lab.NO_NEW_MSG
+NO_MATCHED_MSG = lab.NO_MATCHED_MSG
+OFFSET_ILLEGAL = lab.OFFSET_ILLEGAL
+
+
+async def _try_lock(lock: asyncio.Lock, timeout_s: float) -> bool:
+    """tryLock(timeout) without wait_for(lock.acquire()), which can leak the lock when
+    the timeout and the acquisition race."""
+    deadline = time.monotonic() + timeout_s
+    while lock.locked():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    await lock.acquire()  # free and we are on the loop: returns at once
+    return True
+
+
+class PushConsumer(ConsumerBase):
+    mode = "push"
+
+    def __init__(self, group: str, topic: str, listener=None, config: PushConsumerConfig | None = None,
+                 *, orderly: bool = False, emitter=None, tag_expression: str = "*", **strategy_options):
+        config = config or PushConsumerConfig()
+        super().__init__(group, topic, listener, config, emitter, tag_expression)
+        self.orderly = orderly
+        self.message_model = config.message_model
+        self.subscriptions: dict[str, str] = {topic: tag_expression}
+        if self.message_model is MessageModel.CLUSTERING:
+            # RocketMQ subscribes every clustering consumer to its group's retry topic,
+            # where sent-back messages come back after their delay (copySubscription).
+            self.subscriptions[retry_topic(group)] = "*"
+        self.rebalance_impl = RebalanceImpl(self, config.allocate_strategy, **strategy_options)
+        self.rebalance_service = RebalanceService(
+            self._rebalance, config.rebalance_wait_interval_ms, config.rebalance_min_interval_ms)
+        self.pull_service = PullMessageService(self.pull_message)
+        self.threshold_count = config.pull_threshold_for_queue
+        self.threshold_size_mib = config.pull_threshold_size_for_queue_mib
+        self.pull_requests: dict[MessageQueue, PullRequest] = {}
+        self.offset_store = None
+        self.executor = None
+        self.consume_service = None
+        self._last_pq: dict[MessageQueue, dict] = {}
+        self._pull_timeout_s = config.consumer_timeout_ms_when_suspend / 1000
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self.state != "created":
+            raise RuntimeError(f"consumer is {self.state}")
+        cfg = self.config
+        self.connection = Connection(cfg.endpoints, self.client_id)
+        if self.message_model is MessageModel.CLUSTERING:
+            self.offset_store = RemoteBrokerOffsetStore(self.group, self.connection, cfg.rpc_timeout_ms / 1000)
+        else:
+            self.offset_store = LocalFileOffsetStore(self.group, self.client_id, cfg.offset_store_dir)
+        await self.offset_store.load()
+        if self.orderly:
+            self.executor = ThreadPoolExecutor(cfg.consume_thread_max, thread_name_prefix=f"consume-{self.client_id}")
+            self.consume_service = OrderlyConsumeService(self, self.executor)
+        else:
+            self.consume_service = ConcurrentlyConsumeService(self)
+        # As DefaultMQPushConsumerImpl.start: register with the broker (heartbeat), learn
+        # the routes, then rebalance at once.
+        await self.send_heartbeat()
+        await self.refresh_routes()
+        self.state = "running"
+        self.spawn(self.pull_service.run(), "pull-service")
+        self.spawn(self.rebalance_service.run(), "rebalance-service")
+        self.spawn(self._heartbeat_loop(), "heartbeat")
+        self.spawn(self._route_loop(), "route")
+        if self.message_model is MessageModel.CLUSTERING:
+            self.spawn(self._watch_membership(), "membership")
+        self.spawn(self._persist_loop(), "persist-offsets")
+        self.spawn(self._pq_event_loop(), "pq-events")
+        self.spawn(self._consume_event_loop(), "consume-events")
+        if self.orderly and self.message_model is MessageModel.CLUSTERING:
+            self.spawn(self._lock_loop(), "lock-all")
+        self.rebalance_impl.last_reason = "start"
+        self.rebalance_service.wakeup()
+
+    async def shutdown(self) -> None:
+        """Graceful: stop pulling, persist offsets, unlock, say goodbye, close."""
+        if self.state != "running":
+            return
+        self.state = "stopping"
+        self.pull_service.stop()
+        await self._cancel_tasks()
+        owned = list(self.rebalance_impl.process_queue_table)
+        for pq in self.rebalance_impl.process_queue_table.values():
+            pq.dropped = True
+        self._release_threads()
+        self.consume_service.shutdown()
+        try:
+            await self.offset_store.persist_all(owned)
+            self._emit_offsets(owned)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: persisting offsets on shutdown failed: %s", self.client_id, exc)
+        if self.orderly and self.message_model is MessageModel.CLUSTERING and owned:
+            await self._unlock(owned)
+        await self.notify_termination()
+        self.rebalance_impl.process_queue_table.clear()
+        self.emit_assignment("shutdown")
+        await self.connection.close()
+        self.state = "stopped"
+
+    async def abort(self) -> None:
+        """Die without goodbye: no offset persist, no termination notice, no unlock."""
+        if self.state not in ("running", "stopping"):
+            return
+        self.state = "aborted"
+        self.pull_service.stop()
+        await self._cancel_tasks()
+        for pq in self.rebalance_impl.process_queue_table.values():
+            pq.dropped = True
+        self._release_threads()
+        self.consume_service.shutdown()
+        self.rebalance_impl.process_queue_table.clear()
+        self.emit("fault", fault="kill")
+        await self.connection.close()
+
+    # ------------------------------------------------------------------ rebalance hooks
+
+    async def _rebalance(self) -> bool:
+        if not self.running:
+            return True
+        return await self.rebalance_impl.do_rebalance()
+
+    def rebalance_now(self, reason: str) -> None:
+        self.rebalance_impl.last_reason = reason
+        self.rebalance_service.wakeup()
+
+    def emit_assignment(self, reason: str) -> None:
+        self.emit("assignment", topic=self.topic, queues=[mq.label for mq in self.assignments],
+                  retry_queues=[mq.label for mq in self.rebalance_impl.assignments if mq.topic != self.topic],
+                  strategy=self.rebalance_impl.strategy.name, reason=reason)
+
+    def on_membership_changed(self, change) -> None:
+        self.rebalance_now(change.reason or "membership")
+
+    def on_route_changed(self) -> None:
+        self.rebalance_now("route")
+
+    def set_strategy(self, name: str, **options) -> None:
+        """Switch the allocation strategy and rebalance at once."""
+        self.rebalance_impl.set_strategy(name, **options)
+        self.emit("fault", fault="strategy", strategy=self.rebalance_impl.strategy.name)
+        if self.running:
+            self.spawn(self.rebalance_impl.do_rebalance("strategy"))
+
+    def is_pull_expired(self, pq) -> bool:
+        return pq.is_pull_expired(self.config.pull_max_idle_time_ms)
+
+    def create_process_queue(self, mq) -> ProcessQueue:
+        pq = ProcessQueue()
+        if self.orderly:
+            pq.consume_lock = asyncio.Lock()
+            # We only add an orderly queue after locking it at the broker.
+            pq.locked = self.message_model is MessageModel.CLUSTERING
+            pq.last_lock_ts = time.monotonic_ns() // 1_000_000
+        return pq
+
+    async def compute_pull_from_where(self, topic: str, mqs) -> dict:
+        return await compute_pull_from_where(self, topic, mqs)
+
+    async def remove_unnecessary(self, mq, pq) -> bool:
+        """RebalancePushImpl.removeUnnecessaryMessageQueue: persist, forget, unlock."""
+        self.pull_requests.pop(mq, None)
+        # RemoteBrokerOffsetStore.persist sends the offset one-way: the rebalance does
+        # not wait for the broker's answer.
+        self.spawn(self._persist_quietly(mq, self.offset_store.table.get(mq, -1)))
+        self.offset_store.remove_offset(mq)
+        self._last_pq.pop(mq, None)
+        if self.orderly and self.message_model is MessageModel.CLUSTERING:
+            if not await _try_lock(pq.consume_lock, 1.0):
+                pq.try_unlock_times += 1  # still consuming: try again next rebalance
+                return False
+            try:
+                if pq.has_temp_message():
+                    # Messages were cached: delay the broker unlock so that the next
+                    # owner cannot start before our in-flight work has surely ended.
+                    async def unlock_later():
+                        await asyncio.sleep(self.config.unlock_delay_time_ms / 1000)
+                        await self._unlock([mq])
+                    self.spawn(unlock_later())
+                else:
+                    await self._unlock([mq])
+            finally:
+                pq.consume_lock.release()
+        return True
+
+    async def _persist_quietly(self, mq, offset: int) -> None:
+        if offset < 0 or self.offset_store.is_persisted(mq, offset):
+            return
+        try:
+            await self.offset_store.send_offset(mq, offset)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: persist %s on removal: %s", self.client_id, mq.label, exc)
+
+    def on_queues_added(self, new) -> None:
+        """dispatchPullRequest: one PullRequest per new queue, pulled at once."""
+        for mq, pq, offset in new:
+            request = PullRequest(mq, pq, offset, queue_ref(mq))
+            request.previously_locked = True  # offset computed right after locking
+            self.pull_requests[mq] = request
+            self.pull_service.execute_pull_request_immediately(request)
+
+    def on_queues_changed(self, topic, mq_all, mine) -> None:
+        """messageQueueChanged: re-split topic-wide thresholds; tell the broker (heartbeat)."""
+        cfg = self.config
+        n = len(self.rebalance_impl.process_queue_table)
+        self.threshold_count = per_queue_threshold(cfg.pull_threshold_for_topic, cfg.pull_threshold_for_queue, n)
+        self.threshold_size_mib = per_queue_threshold(
+            cfg.pull_threshold_size_for_topic_mib, cfg.pull_threshold_size_for_queue_mib, n)
+
+    # ------------------------------------------------------------------ orderly locks
+
+    async def lock(self, mq) -> bool:
+        """RebalanceImpl.lock: take one queue's broker lock."""
+        try:
+            resp = await self.connection.lab.LockQueues(
+                lab.LockQueuesRequest(group=self.group, client_id=self.client_id, queues=[queue_ref(mq)]),
+                metadata=self.connection.metadata, timeout=self._timeout())
+            check(resp.status)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: lock %s: %s", self.client_id, mq.label, exc)
+            return False
+        locked = any(q.queue_id == mq.queue_id and q.broker_name == mq.broker_name and q.topic == mq.topic
+                     for q in resp.locked)
+        pq = self.rebalance_impl.process_queue_table.get(mq)
+        if pq is not None:
+            pq.locked = locked
+            if locked:
+                pq.last_lock_ts = time.monotonic_ns() // 1_000_000
+        return locked
+
+    async def _unlock(self, mqs) -> None:
+        try:
+            await self.connection.lab.UnlockQueues(
+                lab.LockQueuesRequest(group=self.group, client_id=self.client_id, queues=[queue_ref(m) for m in mqs]),
+                metadata=self.connection.metadata, timeout=self._timeout())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: unlock: %s", self.client_id, exc)
+
+    async def lock_all(self) -> None:
+        """RebalanceImpl.lockAll: renew every owned queue's lock (every 20 s)."""
+        table = self.rebalance_impl.process_queue_table
+        mqs = [mq for mq, pq in table.items() if not pq.dropped]
+        if not mqs:
+            return
+        resp = await self.connection.lab.LockQueues(
+            lab.LockQueuesRequest(group=self.group, client_id=self.client_id, queues=[queue_ref(m) for m in mqs]),
+            metadata=self.connection.metadata, timeout=self._timeout())
+        check(resp.status)
+        locked = {MessageQueue(q.topic, q.broker_name, q.queue_id) for q in resp.locked}
+        now = time.monotonic_ns() // 1_000_000
+        for mq in mqs:
+            pq = table.get(mq)
+            if pq is None:
+                continue
+            if mq in locked:
+                pq.locked = True
+                pq.last_lock_ts = now
+            else:
+                pq.locked = False
+
+    async def _lock_loop(self) -> None:
+        interval = self.config.rebalance_lock_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.lock_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s: lockAll: %s", self.client_id, exc)
+
+    # ------------------------------------------------------------------ pulling
+
+    def pull_message(self, request: PullRequest) -> None:
+        """DefaultMQPushConsumerImpl.pullMessage: checks first, then an async pull."""
+        pq = request.pq
+        if pq.dropped:
+            return
+        pq.last_pull_ts = time.monotonic_ns() // 1_000_000
+        service = self.pull_service
+        if not self.running:
+            service.execute_pull_request_later(request, self.config.pull_time_delay_ms_when_exception)
+            return
+        fc = check_push(pq, self.threshold_count, self.threshold_size_mib,
+                        self.config.consume_concurrently_max_span, self.orderly)
+        if fc is not None:
+            self.note_flow_control(request.mq, fc)
+            service.execute_pull_request_later(request, self.config.pull_time_delay_ms_when_cache_flow_control)
+            return
+        if self.orderly and self.message_model is MessageModel.CLUSTERING and not pq.locked:
+            # Orderly may only pull a queue it holds the broker lock of.
+            service.execute_pull_request_later(request, self.config.pull_time_delay_ms_when_exception)
+            return
+        self.spawn(self._pull(request))
+
+    async def _pull(self, request: PullRequest) -> None:
+        mq, pq = request.mq, request.pq
+        cfg = self.config
+        service = self.pull_service
+        commit = -1
+        if self.message_model is MessageModel.CLUSTERING:
+            # commitOffsetEnable: piggy-back what we have consumed so far.
+            memory = self.offset_store.table.get(mq, -1)
+            if memory > 0:
+                commit = memory
+        conn = self.connection
+        try:
+            resp = await conn.lab.PullBatch(
+                lab.PullBatchRequest(group=self.group, queue=request.lab_queue, offset=request.next_offset,
+                                     max_messages=cfg.pull_batch_size,
+                                     suspend_timeout_ms=cfg.broker_suspend_max_time_ms,
+                                     tag_expression=self.subscriptions.get(mq.topic, "*"), commit_offset=commit),
+                metadata=conn.metadata, timeout=self._pull_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onException
+            if self.running:
+                log.debug("%s: pull %s failed: %s", self.client_id, mq.label, exc)
+                service.execute_pull_request_later(request, cfg.pull_time_delay_ms_when_exception)
+            return
+        if commit > 0:
+            self.offset_store.mark_persisted(mq, commit)
+        code = resp.status.code
+        if code != 20000 and code != 0:
+            delay = (cfg.pull_time_delay_ms_when_broker_flow_control if code == 42900
+                     else cfg.pull_time_delay_ms_when_exception)
+            service.execute_pull_request_later(request, delay)
+            return
+        if pq.dropped:
+            return
+        status = resp.pull_status
+        if status == FOUND:
+            request.next_offset = resp.next_begin_offset
+            pbs = resp.messages
+            if not pbs:
+                service.execute_pull_request_immediately(request)
+                return
+            msgs = [MessageExt(pb, mq) for pb in pbs]
+            pq.msg_acc_cnt = resp.max_offset - pbs[-1].queue_offset
+            dispatch = pq.put_messages(msgs)
+            self.consume_service.submit(msgs, pq, mq, dispatch)
+            if cfg.pull_interval_ms > 0:
+                service.execute_pull_request_later(request, cfg.pull_interval_ms)
+            else:
+                service.execute_pull_request_immediately(request)
+        elif status in (NO_NEW_MSG, NO_MATCHED_MSG):
+            request.next_offset = resp.next_begin_offset
+            if pq.msg_count == 0:
+                # correctTagsOffset: nothing cached, so everything below is consumed.
+                self.offset_store.update_offset(mq, request.next_offset, True)
+            service.execute_pull_request_immediately(request)
+        elif status == OFFSET_ILLEGAL:
+            # The offset fell out of the queue: drop the queue, persist the corrected
+            # offset, and let the next rebalance recreate it (RocketMQ waits 10 s).
+            request.next_offset = resp.next_begin_offset
+            pq.dropped = True
+
+            async def fix():
+                await asyncio.sleep(10)
+                self.offset_store.update_offset(mq, request.next_offset, False)
+                try:
+                    await self.offset_store.persist(mq)
+                finally:
+                    self.rebalance_impl.process_queue_table.pop(mq, None)
+                    self.pull_requests.pop(mq, None)
+            self.spawn(fix())
+        else:
+            service.execute_pull_request_later(request, cfg.pull_time_delay_ms_when_exception)
+
+    # ------------------------------------------------------------------ send back
+
+    async def send_back(self, msg, delay_level: int, max_reconsume_times: int) -> bool:
+        """sendMessageBack: the broker re-queues it on %RETRY%group (or the DLQ)."""
+        try:
+            resp = await self.connection.lab.SendBack(
+                lab.SendBackRequest(group=self.group, message=msg.pb, delay_level=delay_level,
+                                    max_reconsume_times=max_reconsume_times),
+                metadata=self.connection.metadata, timeout=self._timeout())
+            check(resp.status)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: send back %r: %s", self.client_id, msg, exc)
+            return False
+        if resp.destination_topic.startswith("%DLQ%"):
+            self.stats.fail += 1
+        return True
+
+    # ------------------------------------------------------------------ offsets & reporting
+
+    async def _persist_loop(self) -> None:
+        interval = self.config.persist_consumer_offset_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await self.persist_offsets()
+
+    async def persist_offsets(self) -> None:
+        owned = [mq for mq, pq in self.rebalance_impl.process_queue_table.items() if not pq.dropped]
+        try:
+            await self.offset_store.persist_all(owned)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: persist offsets: %s", self.client_id, exc)
+            return
+        self._emit_offsets(owned)
+
+    def queue_figures(self) -> dict:
+        out = {}
+        store = self.offset_store
+        for mq, pq in self.rebalance_impl.process_queue_table.items():
+            if pq.dropped:
+                continue
+            request = self.pull_requests.get(mq)
+            key = mq.label if mq.topic == self.topic else f"{mq.topic}/{mq.label}"
+            out[key] = pq.figures(store.table.get(mq, -1) if store else -1,
+                                  request.next_offset if request else -1)
+        return out
+
+    async def _pq_event_loop(self) -> None:
+        interval = self.config.pq_event_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            store = self.offset_store
+            for mq, pq in list(self.rebalance_impl.process_queue_table.items()):
+                if pq.dropped:
+                    continue
+                request = self.pull_requests.get(mq)
+                figures = pq.figures(store.table.get(mq, -1), request.next_offset if request else -1)
+                if self._last_pq.get(mq) != figures:
+                    self._last_pq[mq] = figures
+                    self.emit("pq", topic=mq.topic, queue=mq.label, **figures)
+
+    @property
+    def assignments(self) -> list[MessageQueue]:
+        return [mq for mq in self.rebalance_impl.assignments if mq.topic == self.topic]
+
+    def snapshot(self) -> dict:
+        return {
+            "client_id": self.client_id,
+            "group": self.group,
+            "mode": self.mode,
+            "state": self.state,
+            "orderly": self.orderly,
+            "message_model": self.message_model.value,
+            "strategy": self.rebalance_impl.strategy.name,
+            "assignments": [mq.label for mq in self.assignments],
+            "retry_assignments": [mq.label for mq in self.rebalance_impl.assignments if mq.topic != self.topic],
+            "queues": self.queue_figures(),
+            "flow_control_counts": dict(self.flow_control_counts),
+            "consumed": self.stats.totals(),
+            "hung": self.hung,
+            "slow_ms": self.slow_ms,
+            "fail_ratio": self.fail_ratio,
+            "members": list(self.members),
+        }

@@ -1,0 +1,224 @@
+"""Client-side rebalance: RebalanceService (when) and RebalanceImpl (what).
+
+RebalanceService wakes every ``waitInterval`` (20 s) or at once when woken (a
+membership notice, a strategy switch, start-up), but never sooner than ``minInterval``
+(1 s) after the previous run; an unbalanced run (an orderly queue whose broker lock
+we could not get) is retried after ``minInterval`` (RocketMQ 5.2, ISSUE #7644).
+
+RebalanceImpl.rebalanceByTopic (CLUSTERING): take the topic's queues (cached route)
+and the group's consumer ids (asked from the broker), sort both exactly as Java does,
+let the strategy pick this consumer's share, then updateProcessQueueTableInRebalance:
+queues no longer ours are marked dropped and removed (offset persisted first); new
+ones get a ProcessQueue, a start offset (computePullFromWhere) and a PullRequest.
+BROADCASTING takes every queue. Every consumer does this alone, on the same inputs,
+so they agree without talking to each other.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ..allocate import get_strategy
+from ..javastr import java_key
+from ..message_queue import MessageQueue
+from .config import MessageModel
+from .waiting import Wakeup
+
+log = logging.getLogger(__name__)
+
+
+def diff_assignment(owned, allocated) -> tuple[list[MessageQueue], list[MessageQueue]]:
+    """(added, removed), each sorted: what a rebalance must create and drop."""
+    owned, allocated = set(owned), set(allocated)
+    return sorted(allocated - owned), sorted(owned - allocated)
+
+
+def mq_sort_key(mq: MessageQueue):
+    """MessageQueue.compareTo as a key: topic, broker name (Java string order), queue id."""
+    return (java_key(mq.topic), java_key(mq.broker_name), mq.queue_id)
+
+
+def allocate(strategy, group: str, client_id: str, mq_set, cid_all) -> list[MessageQueue]:
+    """Sort as RebalanceImpl does (Collections.sort on both lists), then ask the strategy.
+
+    Same order as ``allocate.sort_for_allocation``; a key sort computes each element's
+    Java-order key once instead of twice per comparison (it matters at 64 x 256).
+    """
+    mq_all = sorted(mq_set, key=mq_sort_key)
+    cids = sorted(cid_all, key=java_key)
+    if not mq_all or not cids:
+        return []
+    return list(strategy.allocate(group, client_id, mq_all, cids) or [])
+
+
+class RebalanceService:
+    """The wait/wake loop around ``rebalance()`` (an async callable returning balanced)."""
+
+    def __init__(self, rebalance, wait_interval_ms: int = 20_000, min_interval_ms: int = 1_000):
+        self._rebalance = rebalance
+        self.wait_s = wait_interval_ms / 1000
+        self.min_s = min_interval_ms / 1000
+        self._wakeup = Wakeup()
+        self.last_rebalance = 0.0  # monotonic seconds
+        self.runs = 0
+
+    def wakeup(self) -> None:
+        """rebalanceImmediately(): run as soon as minInterval allows."""
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        real_wait = self.wait_s
+        while True:
+            await self._wakeup.wait(real_wait)
+            since = time.monotonic() - self.last_rebalance
+            if since < self.min_s:
+                real_wait = self.min_s - since
+                self._wakeup.set()  # we owe a run: do it once minInterval has passed
+                await asyncio.sleep(real_wait)
+                continue
+            try:
+                balanced = await self._rebalance()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a failed run is retried at minInterval
+                log.exception("rebalance failed")
+                balanced = False
+            self.runs += 1
+            self.last_rebalance = time.monotonic()
+            real_wait = self.wait_s if balanced else self.min_s
+
+
+class RebalanceImpl:
+    """The queue-table bookkeeping shared by the push and lite-pull consumers.
+
+    ``consumer`` provides: ``group``, ``client_id``, ``message_model``, ``orderly``,
+    ``subscriptions`` {topic: tag expression}, ``topic_queues`` {topic: [mq]},
+    ``async list_members()``, ``async compute_pull_from_where(topic, mqs)`` ->
+    {mq: offset}, ``create_process_queue(mq)``, ``async remove_unnecessary(mq, pq)`` ->
+    bool, ``async lock(mq)`` -> bool (orderly), ``on_queues_added(list[(mq, pq, offset)])``,
+    ``on_queues_changed(topic, mq_all, mine)`` and ``emit(type, **fields)``.
+    """
+
+    def __init__(self, consumer, strategy_name: str = "AVG", **strategy_options):
+        self.consumer = consumer
+        self.strategy = get_strategy(strategy_name, **strategy_options)
+        self.process_queue_table: dict[MessageQueue, object] = {}
+        self._lock = asyncio.Lock()  # one rebalance at a time per consumer
+        self.last_reason = "start"
+
+    def set_strategy(self, name: str, **options) -> None:
+        self.strategy = get_strategy(name, **options)
+
+    @property
+    def assignments(self) -> list[MessageQueue]:
+        return sorted(mq for mq, pq in self.process_queue_table.items() if not pq.dropped)
+
+    async def do_rebalance(self, reason: str | None = None) -> bool:
+        async with self._lock:
+            c = self.consumer
+            reason = reason or self.last_reason
+            self.last_reason = "periodic"
+            started = time.monotonic()
+            c.emit("rebalance", phase="start", reason=reason, strategy=self.strategy.name)
+            balanced = True
+            added_all: list[MessageQueue] = []
+            removed_all: list[MessageQueue] = []
+            cid_all = None
+            if c.message_model is MessageModel.CLUSTERING:
+                cid_all = await c.list_members()
+            for topic in list(c.subscriptions):
+                try:
+                    ok, added, removed = await self._rebalance_by_topic(topic, cid_all)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - as RebalanceImpl: log, go on
+                    log.warning("rebalance of %s failed: %s", topic, exc)
+                    ok, added, removed = False, [], []
+                balanced = balanced and ok
+                added_all += added
+                removed_all += removed
+            removed_all += await self._truncate_not_my_topic()
+            duration_ms = round((time.monotonic() - started) * 1000, 3)
+            c.emit("rebalance", phase="end", reason=reason, strategy=self.strategy.name,
+                   duration_ms=duration_ms, added=[m.label for m in added_all],
+                   removed=[m.label for m in removed_all], balanced=balanced)
+            if added_all or removed_all or reason in ("start", "strategy"):
+                c.emit_assignment(reason)
+            return balanced
+
+    async def _rebalance_by_topic(self, topic: str, cid_all):
+        c = self.consumer
+        mq_set = c.topic_queues.get(topic)
+        if c.message_model is MessageModel.BROADCASTING:
+            if mq_set is None:
+                return True, [], []
+            return await self._update_table(topic, set(mq_set))
+        if mq_set is None or cid_all is None:
+            # No route yet (e.g. %RETRY% before the first send-back): nothing to do.
+            return True, [], []
+        mine = allocate(self.strategy, c.group, c.client_id, mq_set, cid_all)
+        return await self._update_table(topic, set(mine), mq_set)
+
+    async def _update_table(self, topic: str, mine: set, mq_all=None):
+        """updateProcessQueueTableInRebalance; returns (balanced, added, removed)."""
+        c = self.consumer
+        table = self.process_queue_table
+        removed = []
+        removal_pending = False
+        for mq, pq in list(table.items()):
+            if mq.topic != topic:
+                continue
+            if pq.dropped and mq in mine:
+                # Dropped earlier but ours again (e.g. an orderly removal that had to
+                # wait for the consume lock): start over with a fresh ProcessQueue.
+                table.pop(mq, None)
+                removed.append(mq)
+                continue
+            if mq not in mine or (c.is_pull_expired(pq)):
+                pq.dropped = True
+                if await c.remove_unnecessary(mq, pq):
+                    table.pop(mq, None)
+                    removed.append(mq)
+                else:
+                    removal_pending = True
+        # An orderly queue still being consumed could not be released yet: retry at
+        # minInterval rather than the next period, so its next owner is not kept waiting.
+        all_locked = not removal_pending
+        candidates = []
+        for mq in sorted(mine):
+            if mq in table:
+                continue
+            if c.orderly and c.message_model is MessageModel.CLUSTERING and not await c.lock(mq):
+                all_locked = False  # someone else still holds it: retry at minInterval
+                continue
+            candidates.append(mq)
+        added = []
+        if candidates:
+            offsets = await c.compute_pull_from_where(topic, candidates)
+            new = []
+            for mq in candidates:
+                offset = offsets.get(mq, -1)
+                if offset is None or offset < 0:
+                    all_locked = False  # could not compute: try again soon
+                    continue
+                if mq in table:
+                    continue
+                pq = c.create_process_queue(mq)
+                table[mq] = pq
+                new.append((mq, pq, offset))
+                added.append(mq)
+            c.on_queues_added(new)
+        if added or removed:
+            c.on_queues_changed(topic, mq_all if mq_all is not None else mine, mine)
+        return all_locked, added, removed
+
+    async def _truncate_not_my_topic(self) -> list[MessageQueue]:
+        c = self.consumer
+        removed = []
+        for mq, pq in list(self.process_queue_table.items()):
+            if mq.topic not in c.subscriptions:
+                pq.dropped = True
+                self.process_queue_table.pop(mq, None)
+                removed.append(mq)
+        return removed

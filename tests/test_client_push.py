@@ -1,0 +1,174 @@
+"""Our push consumer against the real broker: delivery, rebalance on membership notices,
+expiry of a killed consumer (orderly and broadcasting: test_client_orderly_broadcast.py).
+
+The periodic rebalance is set to 10 minutes here, so every re-assignment these tests
+see was triggered by a membership notice (a graceful leave or the broker's expiry).
+"""
+import threading
+from collections import Counter
+
+import pytest
+
+from consumers_app.client import (ConsumeFromWhere, ConsumeResult, MessageModel, Producer, ProducerConfig,
+                                  PushConsumer, PushConsumerConfig)
+from consumers_app.allocate import get_strategy
+from consumers_app.client.rebalance import allocate
+from consumers_app.events import EventEmitter
+from consumers_app.message_queue import MessageQueue
+from tests.brokers import BrokerProcess
+from tests.support import async_wait_until
+
+TOPIC = "TopicTest"
+LABELS = [f"broker-a:{i}" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def fast_broker(tmp_path_factory):
+    """Silent clients expire after 2 s (scan every 200 ms) instead of 120 s."""
+    with BrokerProcess(tmp_path_factory.mktemp("broker"), topics=[f"{TOPIC}:8@broker-a"],
+                       extra_args=["--client-expiry-ms", "2000", "--client-scan-ms", "200"]) as b:
+        yield b
+
+
+class Recorder:
+    """Thread-safe log of what listeners saw."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ids = Counter()
+        self.by_consumer = Counter()
+        self.sequence = []  # (label, offset, client) in consumption order
+
+    def listener(self, client_id):
+        def listen(msgs):
+            with self.lock:
+                for m in msgs:
+                    self.ids[m.message_id] += 1
+                    self.by_consumer[client_id] += 1
+                    self.sequence.append((m.queue.label, m.queue_offset, client_id))
+            return ConsumeResult.SUCCESS
+        return listen
+
+
+def push(addr, group, cid, recorder, emitter=None, **overrides):
+    settings = dict(endpoints=addr, client_id=cid, heartbeat_interval_ms=300, rebalance_wait_interval_ms=600_000,
+                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    settings.update(overrides)
+    return PushConsumer(group, TOPIC, recorder.listener(cid), PushConsumerConfig(**settings), emitter=emitter)
+
+
+def owners(consumers):
+    return Counter(label for c in consumers for label in c.snapshot()["assignments"])
+
+
+def owned_exactly_once(consumers):
+    """Every queue owned by exactly one consumer, and each holds what the strategy says
+    for the current members (not just a transient state that happens to cover all)."""
+    counts = owners(consumers)
+    if sorted(counts) != LABELS or set(counts.values()) != {1}:
+        return False
+    mqs = [MessageQueue(TOPIC, "broker-a", i) for i in range(8)]
+    cids = [c.client_id for c in consumers]
+    for c in consumers:
+        strategy = get_strategy(c.snapshot()["strategy"])
+        if c.message_model is MessageModel.CLUSTERING and \
+                [m.label for m in allocate(strategy, c.group, c.client_id, mqs, cids)] != c.snapshot()["assignments"]:
+            return False
+    return True
+
+
+async def produce(addr, n):
+    producer = Producer(ProducerConfig(endpoints=addr, topic=TOPIC, batch_size=200))
+    await producer.start()
+    ids = set()
+    sent = 0
+    while sent < n:
+        k = min(200, n - sent)
+        entries = await producer.send_batch(k)
+        ids.update(e.message_id for e in entries)
+        sent += k
+    await producer.shutdown()
+    return ids
+
+
+async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fast_broker):
+    addr = fast_broker.address
+    rec = Recorder()
+    emitter = EventEmitter()
+    consumers = [push(addr, "GID_PUSH_3", f"c{i}", rec, emitter) for i in range(3)]
+    for c in consumers:
+        await c.start()
+    await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="8 queues shared by 3")
+    assert sorted(len(c.snapshot()["assignments"]) for c in consumers) == [2, 3, 3]  # AVG
+
+    sent = await produce(addr, 10_000)
+    await async_wait_until(lambda: len(rec.ids) >= 5_000, timeout=30, message="half consumed")
+
+    # Graceful leave mid-stream: the others re-own its queues at once, on the notice.
+    leaving = consumers.pop(0)
+    await leaving.shutdown()
+    await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20,
+                           message="queues re-owned after a graceful leave")
+    left_events = [e for e in emitter.recent("membership") if e["client_id"] != leaving.client_id
+                   and leaving.client_id in e["left"]]
+    assert left_events and left_events[0]["reason"] == "left"
+
+    sent |= await produce(addr, 10_000)
+    await async_wait_until(lambda: sent <= set(rec.ids), timeout=60, message="all 20,000 consumed")
+    assert len(sent) == 20_000
+    assert not sent - set(rec.ids), "lost messages"
+    duplicates = sum(n - 1 for n in rec.ids.values())
+    print(f"\n20,000 messages, 3 -> 2 consumers: {duplicates} duplicates (around the rebalances)")
+    for c in consumers:
+        assert c.snapshot()["consumed"]["ok"] > 0
+        await c.shutdown()
+
+    # The event stream the dashboard draws from (DESIGN.md schema).
+    assignment = emitter.recent("assignment", client_id="c1")[-1]
+    assert assignment["strategy"] == "AVG" and assignment["reason"] == "shutdown" and assignment["queues"] == []
+    moves = [e for e in emitter.recent("assignment", client_id="c1") if e["reason"] == "left"]
+    assert moves and set(moves[-1]["queues"]) <= set(LABELS)
+    ends = [e for e in emitter.recent("rebalance") if e["phase"] == "end"]
+    assert ends and all("duration_ms" in e and "added" in e and "removed" in e for e in ends)
+    pq = emitter.recent("pq")[-1]
+    assert {"cached_count", "cached_bytes", "span", "inflight", "committed_offset", "pull_offset", "queue"} <= set(pq)
+    assert sum(e["ok"] for e in emitter.recent("consume")) > 0
+    assert any(e["offsets"] for e in emitter.recent("offset", client_id="c1"))
+
+
+async def test_killed_consumer_is_reowned_after_broker_expiry(fast_broker):
+    addr = fast_broker.address
+    rec = Recorder()
+    emitter = EventEmitter()
+    consumers = [push(addr, "GID_PUSH_KILL", f"k{i}", rec, emitter) for i in range(2)]
+    for c in consumers:
+        await c.start()
+    await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="shared by 2")
+    victim, survivor = consumers
+    await victim.abort()  # no goodbye: the broker only notices the silence
+    await async_wait_until(lambda: owned_exactly_once([survivor]), timeout=30,
+                           message="survivor owns every queue after the expiry")
+    reasons = {e["reason"] for e in emitter.recent("membership", client_id=survivor.client_id)
+               if victim.client_id in e["left"]}
+    assert reasons == {"expired"}
+    sent = await produce(addr, 1_000)
+    await async_wait_until(lambda: sent <= set(rec.ids), timeout=30, message="survivor consumes everything")
+    await survivor.shutdown()
+
+
+async def test_set_strategy_switches_and_rebalances_at_once(fast_broker):
+    addr = fast_broker.address
+    rec = Recorder()
+    consumers = [push(addr, "GID_PUSH_STRATEGY", f"s{i}", rec) for i in range(3)]
+    for c in consumers:
+        await c.start()
+    await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="AVG split")
+    assert consumers[0].snapshot()["assignments"] == ["broker-a:0", "broker-a:1", "broker-a:2"]
+    for c in consumers:
+        c.set_strategy("AVG_BY_CIRCLE")
+    # No periodic rebalance for 10 minutes: the switch itself must move the queues.
+    await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="AVG_BY_CIRCLE split")
+    assert consumers[0].snapshot()["assignments"] == ["broker-a:0", "broker-a:3", "broker-a:6"]
+    assert consumers[0].snapshot()["strategy"] == "AVG_BY_CIRCLE"
+    for c in consumers:
+        await c.shutdown()
