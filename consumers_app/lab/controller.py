@@ -1,0 +1,555 @@
+"""The lab controller: runs the lab and answers the dashboard's requests.
+
+It lives in the web process's asyncio loop (``runweb`` / ``runlab``) and
+
+* supervises worker processes (supervisor.py) that host the consumers and producers,
+  placing each new client on the least busy worker of a small pool;
+* folds everything it hears into a LabState (state.py): events from the workers,
+  membership changes from the broker (LabAdmin.WatchMembership), queue offsets polled
+  every second (LabAdmin.GetQueueOffsets), and events of its own (``fault`` for what
+  it injects, ``broker`` for brokers and queues it changes);
+* publishes the coalesced events to the browsers every ``flush_interval`` (bus.publish),
+  plus a full snapshot once per poll, from its own task: a slow browser or channel
+  layer delays only that task, never the intake of events or the answers to requests;
+* answers requests one at a time (bus.serve): every action validates all of its
+  params first and raises ``LabError`` without changing anything when one is wrong.
+
+Killing a consumer aborts it inside its worker (no unregister, no offset persist): the
+broker sees its heartbeats stop and expires it, exactly as for a dead process, while
+the lab keeps one worker process per few consumers instead of one per consumer. A
+worker process that dies takes all of its consumers with it, and the controller marks
+them gone when the worker's stream ends.
+"""
+import asyncio
+import inspect
+import itertools
+import logging
+import math
+import re
+
+import grpc
+
+from consumers_app import allocate
+from consumers_app.events import make_event, now_ms
+from consumers_app.protocol import lab, lab_grpc
+
+from . import bus
+from .scenario import Scenario
+from .state import LabState
+from .supervisor import Supervisor, WorkerError, WorkerLink
+
+log = logging.getLogger(__name__)
+
+MODES = ("push", "lite_pull", "pop")
+CONSUMER_ACTIONS = ("stop", "kill", "hang", "resume", "slow", "fail")
+OK = 20000
+GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,120}$")   # RocketMQ's valid group/topic characters
+MAX_CONSUMERS = 32
+MAX_RATE = 50_000
+MAX_BURST = 100_000
+SETTLE_TIMEOUT = 5.0      # how long an action waits for its effect before answering anyway
+
+
+class LabController:
+    def __init__(self, broker_address: str, *, pool_size: int = 2, client_options: dict | None = None,
+                 adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
+                 recorder_root=None):
+        self.broker_address = broker_address
+        self.pool_size = pool_size
+        # Extra constructor options per client kind ("push", "lite_pull", "pop", "producer"),
+        # e.g. short heartbeat intervals for tests.
+        self.client_options = client_options or {}
+        self.flush_interval = flush_interval
+        self.poll_interval = poll_interval
+        self.recorder_root = recorder_root
+        self.state = LabState()
+        self.supervisor = Supervisor(self._worker_events, self._worker_lost, adapters=adapters)
+        self.admin: lab_grpc.LabAdminStub | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._hosts: dict[str, WorkerLink] = {}       # client or producer id -> its worker
+        self._client_numbers = itertools.count(1)
+        self._watchers: dict[str, asyncio.Task] = {}
+        self._placing = asyncio.Lock()   # concurrent starts must not each spawn a worker
+        self._tasks: list[asyncio.Task] = []
+        self._snapshot_due = False
+        self._recorder = None            # dashboard.lag.recorder.Recorder, when recording
+        self._unrecorded: list[dict] = []
+
+    # -- life cycle ----------------------------------------------------------------
+
+    async def start(self, scenario: Scenario | None = None) -> None:
+        """Workers up, the scenario (if any) running, then requests answered."""
+        self._channel = grpc.aio.insecure_channel(self.broker_address)
+        self.admin = lab_grpc.LabAdminStub(self._channel)
+        await self.supervisor.start()
+        await self.refresh_topology()
+        await asyncio.gather(*(self.supervisor.spawn() for _ in range(self.pool_size)))
+        self._tasks = [
+            asyncio.create_task(self._flush_loop(), name="lab-flush"),
+            asyncio.create_task(self._poll_loop(), name="lab-poll"),
+        ]
+        self._start_recorder()
+        if scenario is not None:
+            await self.run_scenario(scenario)
+        # Only now: a request never interleaves with setting the scenario up.
+        self._tasks.append(asyncio.create_task(bus.serve(self.handle), name="lab-requests"))
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks, *self._watchers.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks, self._watchers = [], {}
+        await self.supervisor.stop()
+        if self._recorder is not None:
+            await self._record()
+            await asyncio.to_thread(self._recorder.close)   # writes what is buffered
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def run_scenario(self, scenario: Scenario) -> None:
+        existing = {t: {x.rpartition(":")[0] for x in labels} for t, labels in self.state.topics.items()}
+        for topic, per_broker in scenario.topics.items():
+            for broker, count in per_broker.items():
+                if broker not in existing.get(topic, ()):
+                    self._check(await self.admin.CreateTopic(
+                        lab.CreateTopicRequest(name=topic, queue_count=count, broker_name=broker), timeout=10))
+        await self.refresh_topology()
+        for topic, rate in scenario.producers.items():
+            await self._set_producer_rate(topic, rate)
+        for spec in scenario.groups:
+            group = self._create_group(spec.name, spec.topic, spec.mode, spec.strategy)
+            await asyncio.gather(*(self._start_consumer(group.name) for _ in range(spec.consumers)))
+        for spec in scenario.groups:
+            await self._settle(spec.name)
+
+    # -- what comes in -------------------------------------------------------------
+
+    def emit(self, type: str, group: str = "", client_id: str = "", **fields) -> dict:
+        """An event of the controller's own, handled exactly like a worker's."""
+        event = make_event(type, group, client_id, **fields)
+        self._take(event)
+        return event
+
+    def _take(self, event: dict) -> None:
+        self.state.apply(event)
+        if self._recorder is not None:
+            self._unrecorded.append(event)
+
+    def _worker_events(self, link: WorkerLink, events: list[dict]) -> None:
+        for event in events:
+            self._take(event)
+
+    def _worker_lost(self, link: WorkerLink) -> None:
+        for host_id in [h for h, hosted in self._hosts.items() if hosted is link]:
+            del self._hosts[host_id]
+            client = self.state.clients.get(host_id)
+            if client is not None and client.alive:
+                self.state.client_gone(host_id, "gone")
+                self.emit("fault", client.group, host_id, fault="worker_lost", worker=link.worker_id)
+            for topic, producer in list(self.state.producers.items()):
+                if producer["producer_id"] == host_id:
+                    del self.state.producers[topic]
+                    self.emit("fault", "", host_id, fault="worker_lost", worker=link.worker_id, topic=topic)
+
+    def _membership_changed(self, change) -> None:
+        """One event per change, in the fields the consumers use for the notices they hear."""
+        joined, left = list(change.joined), list(change.left)
+        subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
+        self.emit("membership", change.group, subject, ts=change.ts or now_ms(), source="broker",
+                  reason=change.reason, members=list(change.client_ids), joined=joined, left=left)
+
+    async def _watch_membership(self, group: str) -> None:
+        while True:
+            try:
+                async for change in self.admin.WatchMembership(lab.GroupRequest(group=group)):
+                    self._membership_changed(change)
+            except grpc.aio.AioRpcError as exc:
+                log.info("membership watch of %s ended (%s); reconnecting", group, exc.code())
+            await asyncio.sleep(1.0)
+
+    async def refresh_topology(self) -> None:
+        topics = await self.admin.ListTopics(lab.ListTopicsRequest(), timeout=5)
+        for topic in topics.topics:
+            labels = [f"{q.broker_name}:{q.queue_id}" for q in topic.queues]
+            if labels != self.state.topics.get(topic.name):
+                self.state.set_topic_queues(topic.name, labels)
+        brokers = await self.admin.ListBrokers(lab.ListBrokersRequest(), timeout=5)
+        for broker in brokers.brokers:
+            self.state.brokers[broker.broker_name] = broker.online
+
+    async def poll_offsets(self) -> None:
+        for name, group in list(self.state.groups.items()):
+            response = await self.admin.GetQueueOffsets(
+                lab.QueueOffsetsRequest(topic=group.topic, group=name), timeout=5)
+            self.state.set_offsets(name, response.ts or now_ms(), [
+                {"label": f"{q.queue.broker_name}:{q.queue.queue_id}", "min_offset": q.min_offset,
+                 "max_offset": q.max_offset, "committed_offset": q.committed_offset,
+                 "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts, "inflight": q.inflight}
+                for q in response.queues
+            ])
+
+    async def _poll_loop(self) -> None:
+        while True:
+            try:
+                await self.poll_offsets()
+            except grpc.aio.AioRpcError as exc:
+                log.warning("offset poll failed: %s", exc.code())
+            self._snapshot_due = True
+            await asyncio.sleep(self.poll_interval)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval)
+            batch = self.state.drain()
+            if self._snapshot_due:
+                self._snapshot_due = False
+                batch.append(self.state.snapshot())
+            if batch:
+                try:
+                    await bus.publish(batch)
+                except Exception:  # noqa: BLE001 - a layer hiccup loses one batch, not the loop
+                    log.exception("publishing %d events failed", len(batch))
+
+    # -- lag history (dashboard/lag/recorder.py) -------------------------------------
+
+    def _start_recorder(self) -> None:
+        """Record offsets and events as Parquet, when a root is given and the module is there."""
+        if self.recorder_root is None:
+            return
+        try:
+            from dashboard.lag.recorder import BrokerSampler, Recorder
+        except ImportError:
+            return
+        self._recorder = Recorder(self.recorder_root)
+        sampler = BrokerSampler(self.broker_address, self._recorder, lambda: list(self.state.groups),
+                                self._queue_holders, interval=self.poll_interval)
+        self._tasks += [asyncio.create_task(sampler.run(), name="lab-sampler"),
+                        asyncio.create_task(self._record_loop(), name="lab-recorder")]
+
+    def _queue_holders(self, group_name: str) -> dict:
+        """The sampler's view of a group: owner and cached figures per ``TOPIC@BROKER:QID``."""
+        group = self.state.groups.get(group_name)
+        if group is None:
+            return {}
+        queues = self.state.group_snapshot(group)["queues"]
+        return {f"{group.topic}@{label}": {"owner": ",".join(q["owners"]) or None,
+                                           "cached_count": q["cached_count"], "cached_bytes": q["cached_bytes"]}
+                for label, q in queues.items()}
+
+    async def _record_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self._record()
+
+    async def _record(self) -> None:
+        # Parquet writes happen in the recorder when a minute rolls over: off the loop.
+        events, self._unrecorded = self._unrecorded, []
+        if events:
+            try:
+                await asyncio.to_thread(lambda: [self._recorder.add_event(e) for e in events])
+            except Exception:  # noqa: BLE001 - history is optional; the live view is not
+                log.exception("recording %d events failed", len(events))
+
+    # -- requests ------------------------------------------------------------------
+
+    async def handle(self, action: str, params: dict) -> dict:
+        handler = getattr(self, f"action_{action}", None) if isinstance(action, str) else None
+        if handler is None:
+            valid = sorted(name[len("action_"):] for name in dir(self) if name.startswith("action_"))
+            raise bus.LabError(f"unknown action {action!r}; valid: {', '.join(valid)}")
+        if not isinstance(params, dict):
+            raise bus.LabError("params must be an object")
+        try:
+            inspect.signature(handler).bind(**params)
+        except TypeError as exc:   # a missing or unexpected param
+            raise bus.LabError(f"{action}: {exc}") from None
+        try:
+            return await handler(**params)
+        except WorkerError as exc:
+            raise bus.LabError(f"{action} failed in a worker: {exc}") from None
+
+    async def action_state(self) -> dict:
+        return self.state.snapshot()
+
+    async def action_set_strategy(self, group, strategy, options=None) -> dict:
+        name, options = self._valid_strategy(strategy, options)
+        target = self._valid_group(group)
+        target.strategy = name
+        await asyncio.gather(*(
+            self._command(client_id, "consumer", action="set_strategy", strategy=name, options=options)
+            for client_id in self._live_clients(group)))
+        await self._settle(group)
+        return self.state.snapshot()
+
+    async def action_set_mode(self, group, mode) -> dict:
+        target = self._valid_group(group)
+        mode = self._valid_mode(mode)
+        if mode != target.mode:
+            members = self._live_clients(group)
+            await asyncio.gather(*(self._stop_consumer(c, "stop") for c in members))
+            target.mode = mode
+            await asyncio.gather(*(self._start_consumer(group) for _ in members))
+            await self._settle(group)
+        return self.state.snapshot()
+
+    async def action_add_consumer(self, group, mode=None, topic=None, strategy=None) -> dict:
+        if not isinstance(group, str) or not GROUP_NAME.match(group):
+            raise bus.LabError(f"bad group name {group!r}: use letters, digits, '_', '-', '%' or '|'")
+        if sum(c.alive for c in self.state.clients.values()) >= MAX_CONSUMERS:
+            raise bus.LabError(f"the lab runs at most {MAX_CONSUMERS} consumers")
+        existing = self.state.groups.get(group)
+        if existing is not None:
+            if mode is not None and self._valid_mode(mode) != existing.mode:
+                raise bus.LabError(f"group {group} consumes in {existing.mode} mode; use set_mode to switch it")
+            if topic is not None and topic != existing.topic:
+                raise bus.LabError(f"group {group} subscribes to {existing.topic}, not {topic!r}")
+            if strategy is not None and self._valid_strategy(strategy, None)[0] != existing.strategy:
+                raise bus.LabError(f"group {group} uses {existing.strategy}; use set_strategy to switch it")
+        else:
+            mode = self._valid_mode(mode if mode is not None else "push")
+            strategy = self._valid_strategy(strategy if strategy is not None else "AVG", None)[0]
+            topic = self._valid_topic(topic if topic is not None else self._default_topic())
+            self._create_group(group, topic, mode, strategy)
+        client_id = await self._start_consumer(group)
+        await self._settle(group)
+        return {"client_id": client_id, "state": self.state.snapshot()}
+
+    async def action_consumer(self, client_id, action, ms=None, ratio=None) -> dict:
+        client = self.state.clients.get(client_id) if isinstance(client_id, str) else None
+        if client is None:
+            raise bus.LabError(f"unknown consumer {client_id!r}")
+        if not client.alive:
+            raise bus.LabError(f"consumer {client_id} is {client.status}")
+        if action not in CONSUMER_ACTIONS:
+            raise bus.LabError(f"unknown consumer action {action!r}; valid: {', '.join(CONSUMER_ACTIONS)}")
+        detail = {}
+        if action == "slow":
+            detail["ms"] = self._valid_number("ms", ms, 0, 60_000, integer=True)
+        elif action == "fail":
+            detail["ratio"] = self._valid_number("ratio", ratio, 0.0, 1.0)
+        if action in ("stop", "kill"):
+            await self._stop_consumer(client_id, action)
+            if action == "stop":   # the consumer reports its other faults (and its kill) itself
+                self.emit("fault", client.group, client_id, fault="stop")
+        else:
+            await self._command(client_id, "consumer", action=action, **detail)
+        if action == "stop":   # a graceful stop unregisters: the rest rebalance at once
+            await self._settle(client.group)
+        return self.state.snapshot()
+
+    async def action_producer_rate(self, topic, rate) -> dict:
+        topic = self._valid_topic(topic)
+        rate = self._valid_number("rate", rate, 0, MAX_RATE)
+        await self._set_producer_rate(topic, rate)
+        producer_id = self.state.producers[topic]["producer_id"]
+        self.emit("fault", "", producer_id, fault="producer_rate", topic=topic, rate=rate)
+        return self.state.snapshot()
+
+    async def action_producer_burst(self, topic, count) -> dict:
+        topic = self._valid_topic(topic)
+        count = self._valid_number("count", count, 1, MAX_BURST, integer=True)
+        if topic not in self.state.producers:
+            await self._set_producer_rate(topic, 0)
+        producer_id = self.state.producers[topic]["producer_id"]
+        await self._command(producer_id, "producer", action="burst", count=count)
+        self.emit("fault", "", producer_id, fault="producer_burst", topic=topic, count=count)
+        return self.state.snapshot()
+
+    async def action_queues(self, topic, delta, broker=None) -> dict:
+        topic = self._valid_topic(topic)
+        delta = self._valid_number("delta", delta, -1024, 1024, integer=True)
+        if delta == 0:
+            raise bus.LabError("delta must not be 0")
+        labels = self.state.topics[topic]
+        if broker is None:   # the topic's first broker, in MessageQueue order
+            broker = labels[0].rpartition(":")[0] if labels else None
+        if broker not in self.state.brokers:
+            raise bus.LabError(f"unknown broker {broker!r}; known: {', '.join(sorted(self.state.brokers))}")
+        on_broker = sum(1 for x in labels if x.rpartition(":")[0] == broker)
+        if delta < 0 and -delta > on_broker:
+            raise bus.LabError(f"{topic} has only {on_broker} queue(s) on {broker}; cannot remove {-delta}")
+        if len(labels) + delta < 1:
+            raise bus.LabError(f"removing {-delta} queue(s) would leave {topic} with no queues")
+        info = self._check(await self.admin.AddQueues(
+            lab.AddQueuesRequest(topic=topic, delta=delta, broker_name=broker), timeout=10))
+        queues = [f"{q.broker_name}:{q.queue_id}" for q in info.queues]
+        self.emit("broker", "", "", broker=broker, topic=topic, change="queues", delta=delta, queues=queues)
+        await self._rebalance_topic(topic)
+        return self.state.snapshot()
+
+    async def action_broker(self, broker, online) -> dict:
+        if broker not in self.state.brokers:
+            raise bus.LabError(f"unknown broker {broker!r}; known: {', '.join(sorted(self.state.brokers))}")
+        if not isinstance(online, bool):
+            raise bus.LabError(f"online must be true or false, not {online!r}")
+        self._check(await self.admin.SetBrokerOnline(
+            lab.SetBrokerOnlineRequest(broker_name=broker, online=online), timeout=10))
+        self.emit("broker", "", "", broker=broker, online=online, change="online" if online else "offline")
+        await self.refresh_topology()
+        for topic in {g.topic for g in self.state.groups.values()}:
+            await self._rebalance_topic(topic)
+        return self.state.snapshot()
+
+    # -- validation ----------------------------------------------------------------
+
+    def _valid_group(self, name):
+        group = self.state.groups.get(name) if isinstance(name, str) else None
+        if group is None:
+            raise bus.LabError(f"unknown group {name!r}; known: {', '.join(sorted(self.state.groups)) or 'none'}")
+        return group
+
+    @staticmethod
+    def _valid_mode(mode) -> str:
+        if mode not in MODES:
+            raise bus.LabError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        return mode
+
+    @staticmethod
+    def _valid_strategy(name, options) -> tuple[str, dict]:
+        if not isinstance(options, (dict, type(None))):
+            raise bus.LabError(f"options must be an object, not {options!r}")
+        if not isinstance(name, str) or name.strip().upper().split("-")[0] not in allocate.STRATEGY_NAMES:
+            raise bus.LabError(f"unknown strategy {name!r}; valid: {', '.join(allocate.STRATEGY_NAMES)}")
+        options = dict(options or {})
+        try:
+            built = allocate.get_strategy(name, **dict(options))
+        except (ValueError, TypeError) as exc:
+            raise bus.LabError(f"strategy {name}: {exc}") from None
+        # The strategy's own name (what consumers report), e.g. MACHINE_ROOM_NEARBY-AVG.
+        return built.name, options
+
+    def _valid_topic(self, topic) -> str:
+        if topic not in self.state.topics:
+            raise bus.LabError(f"unknown topic {topic!r}; known: {', '.join(sorted(self.state.topics)) or 'none'}")
+        return topic
+
+    @staticmethod
+    def _valid_number(name, value, minimum, maximum, integer=False):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise bus.LabError(f"{name} must be a number, not {value!r}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise bus.LabError(f"{name} must be a number, not {value!r}") from None
+        if not math.isfinite(number) or not minimum <= number <= maximum:
+            raise bus.LabError(f"{name} must be between {minimum} and {maximum}, not {value!r}")
+        if integer:
+            if number != int(number):
+                raise bus.LabError(f"{name} must be a whole number, not {value!r}")
+            return int(number)
+        return number
+
+    def _default_topic(self) -> str:
+        return "TopicTest" if "TopicTest" in self.state.topics else next(iter(sorted(self.state.topics)), "")
+
+    @staticmethod
+    def _check(response):
+        if response.status.code not in (0, OK):
+            raise bus.LabError(f"broker: {response.status.message or response.status.code}")
+        return response
+
+    # -- doing ---------------------------------------------------------------------
+
+    def _create_group(self, name: str, topic: str, mode: str, strategy: str):
+        group = self.state.add_group(name, topic, mode, strategy)
+        if name not in self._watchers:
+            self._watchers[name] = asyncio.create_task(self._watch_membership(name), name=f"lab-watch-{name}")
+        return group
+
+    def _live_clients(self, group: str) -> list[str]:
+        return [c.client_id for c in self.state.clients.values() if c.group == group and c.alive]
+
+    async def _command(self, host_id: str, command: str, **params) -> dict:
+        link = self._hosts.get(host_id)
+        if link is None:
+            raise WorkerError(f"{host_id} has no worker")
+        id_param = "client_id" if command == "consumer" else "producer_id"
+        reply = await link.command(command, **{id_param: host_id}, **params)
+        if "snapshot" in reply:
+            self.state.apply_client_snapshot(reply["snapshot"])
+        return reply
+
+    async def _pick_worker(self) -> WorkerLink:
+        """The live worker hosting the fewest clients; a new one while the pool is short."""
+        async with self._placing:
+            links = [link for link in self.supervisor.links.values() if link.connected]
+            if len(links) < self.pool_size:
+                links.append(await self.supervisor.spawn())
+        load = {link.worker_id: 0 for link in links}
+        for link in self._hosts.values():
+            if link.worker_id in load:
+                load[link.worker_id] += 1
+        return min(links, key=lambda link: (load[link.worker_id], link.worker_id))
+
+    async def _start_consumer(self, group_name: str) -> str:
+        group = self.state.groups[group_name]
+        link = await self._pick_worker()
+        proposed = f"c{next(self._client_numbers)}"
+        self._hosts[proposed] = link   # counted as load at once, so concurrent starts spread out
+        try:
+            reply = await link.command(
+                "add_consumer", mode=group.mode, group=group.name, topic=group.topic, strategy=group.strategy,
+                broker=self.broker_address, client_id=proposed, options=self.client_options.get(group.mode, {}))
+        finally:
+            del self._hosts[proposed]
+        client_id = reply["client_id"]
+        self._hosts[client_id] = link
+        self.state.add_client(client_id, group.name, group.mode, link.worker_id).status = "running"
+        self.state.apply_client_snapshot(reply["snapshot"])
+        return client_id
+
+    async def _stop_consumer(self, client_id: str, how: str) -> None:
+        try:
+            await self._command(client_id, "consumer", action=how)
+        finally:   # the worker let go of it whatever happened next: the lab cannot reach it again
+            self._hosts.pop(client_id, None)
+            self.state.client_gone(client_id, "stopped" if how == "stop" else "killed")
+
+    async def _set_producer_rate(self, topic: str, rate: float) -> None:
+        producer = self.state.producers.get(topic)
+        if producer is None:
+            link = await self._pick_worker()
+            producer_id = f"producer-{topic}"
+            await link.command("add_producer", producer_id=producer_id, topic=topic, rate=rate,
+                               broker=self.broker_address, options=self.client_options.get("producer", {}))
+            self._hosts[producer_id] = link
+            self.state.producers[topic] = {"producer_id": producer_id, "topic": topic, "rate": rate,
+                                           "worker": link.worker_id}
+        else:
+            await self._command(producer["producer_id"], "producer", action="rate", rate=rate)
+            producer["rate"] = rate
+
+    async def _rebalance_topic(self, topic: str) -> None:
+        """Queues or brokers changed: every consumer of the topic rebalances now, not in 20 s."""
+        await self.refresh_topology()
+        groups = [name for name, g in self.state.groups.items() if g.topic == topic]
+        await asyncio.gather(*(
+            self._command(client_id, "consumer", action="rebalance")
+            for name in groups for client_id in self._live_clients(name)))
+        for name in groups:
+            await self._settle(name)
+
+    async def _settle(self, group: str) -> bool:
+        """Wait (briefly) for the group's steady state: the broker lists exactly the live
+        consumers, each reported an assignment with the group's strategy, and every queue
+        is owned exactly once (pop: shared by design)."""
+        def settled():
+            g = self.state.groups[group]
+            live = [self.state.clients[c] for c in self._live_clients(group)]
+            if set(g.members) != {c.client_id for c in live}:
+                return False
+            if g.mode == "pop":
+                return True
+            return (all(c.client_id in g.assignments and c.strategy == g.strategy for c in live)
+                    and not self.state.group_snapshot(g)["ownership_issues"])
+        return await self._wait_for(settled)
+
+    @staticmethod
+    async def _wait_for(condition, timeout: float = SETTLE_TIMEOUT) -> bool:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not condition():
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True

@@ -1,0 +1,69 @@
+"""The lab controller's life inside a web process: start, default scenario, stop.
+
+Shared by ``runweb`` and ``runlab`` (which also starts the broker first). Progress goes
+to ``out`` as the plain lines the README shows.
+"""
+import json
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from .controller import LabController
+from .scenario import DEFAULT
+
+
+def parse_client_options(items) -> dict:
+    """``["push.heartbeat_interval_ms=1000", ...]`` -> ``{"push": {"heartbeat_interval_ms": 1000}}``.
+
+    KIND is a consumer mode (push, lite_pull, pop) or ``producer``; ``*`` means every
+    kind. Values are JSON when they parse as JSON, else strings.
+    """
+    options: dict[str, dict] = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        kind, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            raise ValueError(f"client option {item!r} is not KIND.NAME=VALUE")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        kinds = ("push", "lite_pull", "pop", "producer") if kind == "*" else (kind,)
+        for k in kinds:
+            options.setdefault(k, {})[name] = value
+    return options
+
+
+class LabRuntime:
+    def __init__(self, broker_address: str, *, scenario: bool, out, url: str | None = None,
+                 client_options: dict | None = None, pool_size: int = 2):
+        self.controller = LabController(
+            broker_address, client_options=client_options, pool_size=pool_size,
+            recorder_root=settings.DATA_DIR / "recordings")
+        self.scenario = scenario
+        self.out = out
+        self.url = url
+
+    def say(self, line: str) -> None:
+        self.out.write(line)
+        self.out.flush()
+
+    async def start(self) -> None:
+        self.say("starting workers…")
+        await self.controller.start(DEFAULT if self.scenario else None)
+        if self.scenario:
+            self.say("scenario running")
+        if self.url:
+            self.say(await self.login_line())
+
+    async def login_line(self) -> str:
+        try:
+            from dashboard.auth import issue_login_token
+        except ImportError:   # the web side without token login: plain URL
+            return f"Rebalance Lab is running: open {self.url}/"
+        token = await sync_to_async(issue_login_token)()   # it writes to the database
+        return f"Rebalance Lab is running: open {self.url}/login/?token={token}"
+
+    async def stop(self) -> None:
+        self.say("stopping workers…")
+        await self.controller.stop()

@@ -1,0 +1,294 @@
+"""LabState: what the controller knows about the running lab, built from events.
+
+Pure (no I/O, no clock of its own): the controller feeds it events from the workers,
+broker polls and its own actions, and asks it for
+
+* ``snapshot()``: the whole state in the shape the web side relies on
+  (``{"type": "snapshot", "groups": {GROUP: {"strategy", "mode", "assignments",
+  "queues": {LABEL: {"lag", "cached_count", "cached_bytes", ...}}}}, ...}``), and
+* ``drain()``: the events that arrived since the last drain, coalesced so that a flood
+  of per-queue figures (a hung consumer reports flow control every 50 ms per queue)
+  collapses to the latest one per (type, group, client, queue), while every event that
+  tells a story (assignment, rebalance, membership, fault, broker, ...) is kept.
+
+Queue labels are ``BROKER:QUEUE_ID`` (MessageQueue.label). A pop consumer's
+broker-level assignment is ``BROKER:-1`` ("any queue of that broker").
+"""
+from collections import deque
+from dataclasses import dataclass, field
+
+from consumers_app.javastr import java_key
+
+# Figures that describe "now" and are superseded by the next report: only the latest
+# one per (type, group, client, queue) within a flush reaches the browsers.
+COALESCED_TYPES = frozenset({"pq", "flow_control", "offset"})
+
+LOG_LENGTH = 50
+
+
+def sort_ids(ids) -> list[str]:
+    """Client ids in Java's string order, as RocketMQ sorts them before allocating."""
+    return sorted(ids, key=java_key)
+
+
+def sort_labels(labels) -> list[str]:
+    """Queue labels in MessageQueue order (broker name, then numeric queue id)."""
+    def key(label):
+        broker, _, qid = label.rpartition(":")
+        return (java_key(broker), int(qid))
+    return sorted(labels, key=key)
+
+
+@dataclass
+class ClientState:
+    client_id: str
+    group: str
+    mode: str
+    worker_id: str = ""
+    status: str = "starting"   # starting | running | hung | stopped | killed | gone
+    strategy: str = ""         # as its latest assignment reported it
+    slow_ms: int = 0
+    fail_ratio: float = 0.0
+
+    @property
+    def alive(self) -> bool:
+        return self.status in ("starting", "running", "hung")
+
+
+@dataclass
+class GroupState:
+    name: str
+    topic: str
+    mode: str
+    strategy: str
+    members: list[str] = field(default_factory=list)          # the broker's view
+    assignments: dict[str, list[str]] = field(default_factory=dict)
+    pq: dict[tuple[str, str], dict] = field(default_factory=dict)   # (client, label) -> figures
+    offsets: dict[str, dict] = field(default_factory=dict)          # label -> broker figures
+    last_rebalance: dict | None = None
+    membership_log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
+    flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
+
+
+class LabState:
+    def __init__(self):
+        self.groups: dict[str, GroupState] = {}
+        self.clients: dict[str, ClientState] = {}
+        self.topics: dict[str, list[str]] = {}        # topic -> queue labels, sorted
+        self.brokers: dict[str, bool] = {}            # broker name -> online
+        self.producers: dict[str, dict] = {}          # topic -> {"rate": ..., "producer_id": ...}
+        self._pending: list[dict] = []
+
+    # -- structure (the controller's own bookkeeping) -------------------------------
+
+    def add_group(self, name: str, topic: str, mode: str, strategy: str) -> GroupState:
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = GroupState(name, topic, mode, strategy)
+        return group
+
+    def add_client(self, client_id: str, group: str, mode: str, worker_id: str = "") -> ClientState:
+        client = self.clients[client_id] = ClientState(client_id, group, mode, worker_id)
+        return client
+
+    def client_gone(self, client_id: str, status: str) -> None:
+        """A consumer stopped, was killed or lost its worker: it owns and caches nothing."""
+        client = self.clients.get(client_id)
+        if client is None:
+            return
+        client.status = status
+        group = self.groups.get(client.group)
+        if group is not None:
+            group.assignments.pop(client_id, None)
+            for key in [k for k in group.pq if k[0] == client_id]:
+                del group.pq[key]
+
+    def set_topic_queues(self, topic: str, labels) -> None:
+        self.topics[topic] = sort_labels(labels)
+        for group in self.groups.values():
+            if group.topic == topic:
+                for label in [x for x in group.offsets if x not in labels]:
+                    del group.offsets[label]
+
+    def set_offsets(self, group_name: str, now_ms: int, queues: list[dict]) -> None:
+        """Broker figures of one GetQueueOffsets poll: label, min/max/committed, oldest ts, inflight."""
+        group = self.groups.get(group_name)
+        if group is None:
+            return
+        fresh = {}
+        for q in queues:
+            committed, max_offset = q["committed_offset"], q["max_offset"]
+            # No commit yet: everything still in the queue counts as lag.
+            consumed_to = committed if committed >= 0 else q.get("min_offset", 0)
+            oldest = q.get("oldest_unconsumed_store_ts", 0)
+            fresh[q["label"]] = {
+                "max_offset": max_offset,
+                "committed_offset": committed,
+                "lag": max(0, max_offset - consumed_to),
+                "time_lag_ms": max(0, now_ms - oldest) if oldest else 0,
+                "inflight": q.get("inflight", 0),
+            }
+        group.offsets = fresh
+
+    # -- events ------------------------------------------------------------------
+
+    def apply(self, event: dict) -> None:
+        """Fold one event (DESIGN.md schema) into the state and queue it for the browsers."""
+        self._pending.append(event)
+        kind = event.get("type")
+        group = self.groups.get(event.get("group", ""))
+        client_id = event.get("client_id", "")
+        if kind == "broker":
+            if "online" in event and event.get("broker"):
+                self.brokers[event["broker"]] = bool(event["online"])
+            if "queues" in event and event.get("topic"):
+                self.set_topic_queues(event["topic"], event["queues"])
+            return
+        if group is None:
+            return
+        if kind == "assignment":
+            client = self.clients.get(client_id)
+            if client is None or client.alive:   # a late report from a dead client changes nothing
+                group.assignments[client_id] = sort_labels(event.get("queues", []))
+                for key in [k for k in group.pq if k[0] == client_id and k[1] not in group.assignments[client_id]]:
+                    del group.pq[key]
+                if client is not None and event.get("strategy"):
+                    client.strategy = event["strategy"]
+        elif kind == "rebalance":
+            if event.get("phase") == "end":
+                group.last_rebalance = {
+                    "client_id": client_id, "ts": event["ts"], "reason": event.get("reason", ""),
+                    "duration_ms": event.get("duration_ms"),
+                    "added": event.get("added", []), "removed": event.get("removed", []),
+                }
+        elif kind == "pq":
+            # Only the subscribed topic: a push consumer also holds its group's %RETRY% queues.
+            if event.get("topic", group.topic) != group.topic:
+                return
+            if event.get("queue") and (client_id in group.assignments or client_id not in self.clients):
+                group.pq[(client_id, event["queue"])] = {
+                    k: event.get(k, 0) for k in ("cached_count", "cached_bytes", "span", "inflight")
+                }
+        elif kind == "membership":
+            if "members" in event:
+                group.members = sort_ids(event["members"])
+            # Every consumer repeats the notices it hears; the log keeps the broker's own.
+            if event.get("source") == "broker":
+                group.membership_log.append(event)
+        elif kind == "flow_control":
+            group.flow_control.append(event)
+        elif kind == "fault":
+            client = self.clients.get(client_id)
+            if client is not None:
+                self._apply_fault(client, event)
+
+    @staticmethod
+    def _apply_fault(client: ClientState, event: dict) -> None:
+        fault = event.get("fault")
+        if fault == "hang":
+            client.status = "hung"
+        elif fault == "resume":
+            client.status = "running"
+        elif fault == "slow":
+            client.slow_ms = event.get("ms", 0)
+        elif fault == "fail":
+            client.fail_ratio = event.get("ratio", 0.0)
+
+    def apply_client_snapshot(self, snap: dict) -> None:
+        """A consumer's own ``snapshot()``: authoritative for its assignment and caches."""
+        group = self.groups.get(snap.get("group", ""))
+        client = self.clients.get(snap.get("client_id", ""))
+        if group is None or client is None or not client.alive:
+            return
+        client_id = client.client_id
+        client.strategy = snap.get("strategy") or client.strategy
+        group.assignments[client_id] = sort_labels(snap.get("assignments", []))
+        for key in [k for k in group.pq if k[0] == client_id]:
+            del group.pq[key]
+        for label, figures in (snap.get("queues") or {}).items():
+            if "/" in label:   # TOPIC/BROKER:QID: another topic's queue (%RETRY%)
+                continue
+            group.pq[(client_id, label)] = {
+                k: figures.get(k, 0) for k in ("cached_count", "cached_bytes", "span", "inflight")
+            }
+
+    def drain(self) -> list[dict]:
+        """Events since the last drain, in order, with superseded figures left out."""
+        pending, self._pending = self._pending, []
+        latest: dict[tuple, int] = {}
+        for index, event in enumerate(pending):
+            if event.get("type") in COALESCED_TYPES:
+                key = (event["type"], event.get("group"), event.get("client_id"), event.get("queue"))
+                latest[key] = index
+        keep = set(latest.values())
+        return [e for i, e in enumerate(pending) if e.get("type") not in COALESCED_TYPES or i in keep]
+
+    # -- views -------------------------------------------------------------------
+
+    def owners(self, group: GroupState) -> dict[str, list[str]]:
+        """label -> live client ids holding it; a pop ``BROKER:-1`` covers every queue of BROKER."""
+        owners: dict[str, list[str]] = {}
+        labels = self.topics.get(group.topic, [])
+        for client_id, assigned in group.assignments.items():
+            for label in assigned:
+                if label.endswith(":-1"):
+                    broker = label.rpartition(":")[0]
+                    covered = [x for x in labels if x.rpartition(":")[0] == broker]
+                else:
+                    covered = [label]
+                for x in covered:
+                    owners.setdefault(x, []).append(client_id)
+        return {label: sort_ids(ids) for label, ids in owners.items()}
+
+    def group_snapshot(self, group: GroupState) -> dict:
+        owners = self.owners(group)
+        labels = sort_labels(set(self.topics.get(group.topic, [])) | set(group.offsets) | set(owners))
+        queues = {}
+        issues = {}
+        for label in labels:
+            held_by = owners.get(label, [])
+            cached = [group.pq[(c, label)] for c in held_by if (c, label) in group.pq]
+            broker_figures = group.offsets.get(label, {})
+            queues[label] = {
+                "lag": broker_figures.get("lag", 0),
+                "cached_count": sum(p["cached_count"] for p in cached),
+                "cached_bytes": sum(p["cached_bytes"] for p in cached),
+                "span": max((p["span"] for p in cached), default=0),
+                "committed_offset": broker_figures.get("committed_offset", -1),
+                "max_offset": broker_figures.get("max_offset", 0),
+                "time_lag_ms": broker_figures.get("time_lag_ms", 0),
+                "inflight": broker_figures.get("inflight", 0) or sum(p["inflight"] for p in cached),
+                "owners": held_by,
+            }
+            # Exactly-once ownership holds for readable queues (of an online broker) in the
+            # queue-owning modes only: pop shares queues.
+            readable = label in self.topics.get(group.topic, []) and self.brokers.get(label.rpartition(":")[0], True)
+            if group.mode != "pop" and readable and len(held_by) != 1:
+                issues[label] = "unowned" if not held_by else "shared"
+        clients = {
+            c.client_id: {"status": c.status, "mode": c.mode, "worker": c.worker_id, "strategy": c.strategy,
+                          "slow_ms": c.slow_ms, "fail_ratio": c.fail_ratio}
+            for c in self.clients.values() if c.group == group.name
+        }
+        return {
+            "strategy": group.strategy,
+            "mode": group.mode,
+            "topic": group.topic,
+            "members": list(group.members),
+            "clients": clients,
+            "assignments": {c: list(ls) for c, ls in sorted(group.assignments.items(), key=lambda kv: java_key(kv[0]))},
+            "queues": queues,
+            "ownership_issues": issues,
+            "last_rebalance": group.last_rebalance,
+            "membership_log": list(group.membership_log),
+            "flow_control": list(group.flow_control),
+        }
+
+    def snapshot(self) -> dict:
+        return {
+            "type": "snapshot",
+            "groups": {name: self.group_snapshot(g) for name, g in self.groups.items()},
+            "topics": {t: list(ls) for t, ls in self.topics.items()},
+            "producers": {t: dict(p) for t, p in self.producers.items()},
+            "brokers": {name: {"online": online} for name, online in sorted(self.brokers.items())},
+        }

@@ -1,0 +1,171 @@
+"""Worker processes and the WorkerHub they dial (worker.proto).
+
+The supervisor listens on an ephemeral 127.0.0.1 port, starts workers as
+``python -m consumers_app.lab.worker --controller 127.0.0.1:PORT --worker-id wN``
+(the same as ``manage.py runworker ...``) and gives
+the controller one ``WorkerLink`` per connected worker to send commands through.
+A worker's stream ending (it exited, crashed or was SIGKILLed) is reported once via
+``on_lost(link)``: whatever it hosted is gone.
+"""
+import asyncio
+import itertools
+import json
+import logging
+import sys
+from typing import Callable
+
+import grpc
+from django.conf import settings
+
+from consumers_app.protocol import worker_pb2 as pb
+from consumers_app.protocol import worker_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+WORKER_START_TIMEOUT = 60.0
+COMMAND_TIMEOUT = 30.0
+
+
+class WorkerError(Exception):
+    """A worker refused or failed a command (its reason), or is gone."""
+
+
+class WorkerLink:
+    """The controller's end of one worker's stream: send a command, await its reply."""
+
+    def __init__(self, worker_id: str, pid: int):
+        self.worker_id = worker_id
+        self.pid = pid
+        self.connected = True
+        self._outbox: asyncio.Queue[pb.ControllerCommand | None] = asyncio.Queue()
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+
+    async def command(self, name: str, timeout: float = COMMAND_TIMEOUT, **params) -> dict:
+        if not self.connected:
+            raise WorkerError(f"worker {self.worker_id} is gone")
+        command_id = next(self._ids)
+        reply = self._pending[command_id] = asyncio.get_running_loop().create_future()
+        self._outbox.put_nowait(pb.ControllerCommand(id=command_id, action=name, params_json=json.dumps(params)))
+        try:
+            return await asyncio.wait_for(reply, timeout)
+        except asyncio.TimeoutError:
+            raise WorkerError(f"worker {self.worker_id} did not answer {name!r} within {timeout:g}s") from None
+        finally:
+            self._pending.pop(command_id, None)
+
+    def _replied(self, reply: pb.CommandReply) -> None:
+        future = self._pending.get(reply.id)
+        if future is None or future.done():
+            return
+        if reply.error:
+            future.set_exception(WorkerError(reply.error))
+        else:
+            future.set_result(json.loads(reply.result_json or "{}"))
+
+    def _disconnected(self) -> None:
+        self.connected = False
+        self._outbox.put_nowait(None)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(WorkerError(f"worker {self.worker_id} is gone"))
+
+
+class Supervisor(pb_grpc.WorkerHubServicer):
+    def __init__(self, on_events: Callable[[WorkerLink, list[dict]], None],
+                 on_lost: Callable[[WorkerLink], None], adapters: str | None = None):
+        self.on_events = on_events
+        self.on_lost = on_lost
+        self.adapters = adapters
+        self.links: dict[str, WorkerLink] = {}
+        self.processes: dict[str, asyncio.subprocess.Process] = {}
+        self._hello: dict[str, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = grpc.aio.server()
+        pb_grpc.add_WorkerHubServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        await self._server.start()
+
+    # -- the hub -------------------------------------------------------------------
+
+    async def Connect(self, request_iterator, context):
+        first = await anext(request_iterator, None)
+        if first is None or not first.HasField("hello"):
+            return
+        link = WorkerLink(first.hello.worker_id, first.hello.pid)
+        self.links[link.worker_id] = link
+        hello = self._hello.get(link.worker_id)
+        if hello is not None and not hello.done():
+            hello.set_result(link)
+        reader = asyncio.create_task(self._read(link, request_iterator))
+        try:
+            while (command := await link._outbox.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+
+    async def _read(self, link: WorkerLink, request_iterator) -> None:
+        try:
+            async for message in request_iterator:
+                if message.HasField("events"):
+                    self.on_events(link, [json.loads(e) for e in message.events.events_json])
+                elif message.HasField("reply"):
+                    link._replied(message.reply)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        except Exception:  # noqa: BLE001 - a bad message from one worker must not kill the hub
+            log.exception("worker %s: bad message on the stream", link.worker_id)
+        finally:
+            if link.connected:
+                link._disconnected()
+                self.links.pop(link.worker_id, None)
+                self.on_lost(link)
+
+    # -- processes -----------------------------------------------------------------
+
+    async def spawn(self) -> WorkerLink:
+        """Start one worker process and wait until it has dialled in."""
+        worker_id = f"w{next(self._ids)}"
+        hello = self._hello[worker_id] = asyncio.get_running_loop().create_future()
+        args = [sys.executable, "-m", "consumers_app.lab.worker",
+                "--controller", f"127.0.0.1:{self.port}", "--worker-id", worker_id]
+        if self.adapters:
+            args += ["--adapters", self.adapters]
+        # Its own session: a Ctrl-C on the lab reaches the controller, which stops the
+        # workers in order; a worker whose controller vanished exits by itself.
+        process = self.processes[worker_id] = await asyncio.create_subprocess_exec(
+            *args, cwd=settings.BASE_DIR, start_new_session=True)
+        exited = asyncio.create_task(process.wait())
+        try:
+            done, _ = await asyncio.wait([hello, exited], timeout=WORKER_START_TIMEOUT,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if hello not in done:
+                if process.returncode is None:
+                    process.kill()
+                raise WorkerError(f"worker {worker_id} did not start (exit code {process.returncode})")
+            return hello.result()
+        finally:
+            exited.cancel()
+            self._hello.pop(worker_id, None)
+
+    async def stop(self, timeout: float = 15.0) -> None:
+        """Ask every worker to shut its clients down, then make sure they exited."""
+        for link in list(self.links.values()):
+            try:
+                await link.command("shutdown", timeout=2.0)
+            except WorkerError:
+                pass
+        for worker_id, process in list(self.processes.items()):
+            try:
+                await asyncio.wait_for(process.wait(), timeout)
+            except asyncio.TimeoutError:
+                log.warning("worker %s did not exit; killing it", worker_id)
+                process.kill()
+                await process.wait()
+        self.processes.clear()
+        if self._server is not None:
+            await self._server.stop(grace=1.0)

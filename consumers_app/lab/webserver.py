@@ -1,0 +1,40 @@
+"""Daphne, run programmatically, with the lab controller on the same asyncio loop.
+
+Daphne drives Twisted's asyncio reactor, so the reactor's loop *is* an asyncio loop:
+``on_start`` is scheduled on it once the reactor runs, and ``on_stop`` runs before the
+reactor shuts down (SIGINT/SIGTERM included), with Twisted waiting for it to finish.
+"""
+import asyncio
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def run_web(host: str, port: int, *, on_start=None, on_stop=None, verbosity: int = 0) -> bool:
+    """Serve ``settings.ASGI_APPLICATION`` on host:port until stopped.
+
+    Returns False when ``on_start`` failed (the server then stops at once).
+    """
+    # daphne.server installs the asyncio reactor: import it before anything imports
+    # twisted.internet.reactor.
+    from daphne.management.commands.runserver import get_default_application
+    from daphne.server import Server
+    from twisted.internet import defer, reactor
+
+    server = Server(get_default_application(), endpoints=[f"tcp:port={port}:interface={host}"],
+                    signal_handlers=True, verbosity=verbosity)
+    outcome = {"ok": True}
+
+    def started(task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is not None:
+            outcome["ok"] = False
+            log.error("lab start-up failed", exc_info=None if task.cancelled() else task.exception())
+            reactor.stop()
+
+    if on_start is not None:
+        reactor.callWhenRunning(lambda: asyncio.ensure_future(on_start()).add_done_callback(started))
+    if on_stop is not None:
+        reactor.addSystemEventTrigger(
+            "before", "shutdown", lambda: defer.Deferred.fromFuture(asyncio.ensure_future(on_stop())))
+    server.run()
+    return outcome["ok"]

@@ -1,0 +1,170 @@
+"""The live page in a real browser (Debian's chromium) against the whole lab (`manage.py runlab`).
+
+Log in with the URL runlab prints, see 8 queues shared by 3 push consumers, switch the
+group to AVG_BY_CIRCLE and see RocketMQ's allocation, kill a consumer and see its
+queues move, hang one and see flow control, add a pop group. Screenshots go to
+test-output/screenshots/.
+"""
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from consumers_app.allocate import get_strategy, sort_for_allocation
+from consumers_app.message_queue import MessageQueue
+
+from .support import REPO, free_port, manage_py, wait_until
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = REPO / "test-output" / "screenshots"
+GROUP = '.group[data-group="GID_LAB"]'
+LOGIN_LINE = re.compile(r"open (http://\S+/login/\?token=\S+)")
+# Short lab timings so a killed consumer is expired in seconds, not RocketMQ's 120 s.
+FAST_LAB = ["--broker-arg=--client-expiry-ms=3000", "--broker-arg=--client-scan-ms=500",
+            "--client-option=*.heartbeat_interval_ms=1000"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed (make chromium)")
+    data = tmp_path_factory.mktemp("lab")
+    env = {"LAB_DATA_DIR": str(data), "LAB_BROKER": f"127.0.0.1:{free_port()}"}
+    migrate = manage_py("migrate", "--noinput", "-v", "0", env=env)
+    assert migrate.wait(120) == 0, migrate.stdout.read()
+    process = manage_py("runlab", "--host", "127.0.0.1", "--port", str(free_port()), *FAST_LAB, env=env)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
+    try:
+        found = wait_until(lambda: next((m for m in map(LOGIN_LINE.search, lines) if m), None)
+                           or process.poll() is not None, timeout=120, message="runlab's login URL")
+        assert not isinstance(found, bool), "".join(lines)
+        yield found.group(1)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except Exception:  # noqa: BLE001 - a stuck lab must not hang the suite
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(lab, browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(lab)
+    page.wait_for_url(re.compile(r"/$"))
+    yield page
+    assert errors == [], errors
+
+
+def screenshot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def owners(page, group: str = GROUP) -> dict[str, str]:
+    """queue label -> its one owner, or 'contested' / 'unowned' while a rebalance is under way."""
+    return page.evaluate("""(group) => Object.fromEntries(
+        [...document.querySelectorAll(`${group} th.queue-head`)].map((th) =>
+            [th.dataset.queue, th.dataset.state === "owned" ? th.dataset.owner : th.dataset.state]))""", group)
+
+
+def wait_for_owners(page, condition, message: str, timeout: float = 30):
+    return wait_until(lambda: (lambda o: o if condition(o) else None)(owners(page)), timeout=timeout,
+                      interval=0.1, message=message)
+
+
+def expected(strategy: str, queues, consumers) -> dict[str, str]:
+    """What RocketMQ's strategy gives, on the queue and id lists sorted as RebalanceImpl sorts them."""
+    mqs, cids = sort_for_allocation([MessageQueue.from_label("TopicTest", q) for q in queues], consumers)
+    allocate = get_strategy(strategy).allocate
+    return {mq.label: cid for cid in cids for mq in allocate("GID_LAB", cid, mqs, cids)}
+
+
+def test_the_default_scenario_is_shared_and_rebalanced_live(page):
+    expect(page.locator("#ws-status")).to_have_attribute("data-state", "live", timeout=20_000)
+    start = wait_for_owners(page, lambda o: len(o) == 8 and len(set(o.values()) - {"contested", "unowned"}) == 3
+                            and "contested" not in o.values() and "unowned" not in o.values(),
+                            "8 queues owned by 3 consumers")
+    consumers = sorted(set(start.values()))
+    assert start == expected("AVG", start, consumers)
+    expect(page.locator(GROUP)).to_have_attribute("data-strategy", "AVG")
+    screenshot(page, "01-default-avg")
+
+    # Switch the strategy live.
+    page.select_option(f'{GROUP} [data-control="strategy"]', "AVG_BY_CIRCLE")
+    circle = expected("AVG_BY_CIRCLE", start, consumers)
+    assert circle != start
+    wait_for_owners(page, lambda o: o == circle, "AVG_BY_CIRCLE's owners")
+    expect(page.locator(GROUP)).to_have_attribute("data-strategy", "AVG_BY_CIRCLE")
+    screenshot(page, "02-avg-by-circle")
+
+    # Kill the consumer that owns broker-a:0: its queues go to the other two.
+    victim, survivors = circle["broker-a:0"], [c for c in consumers if c != circle["broker-a:0"]]
+    page.select_option(f'{GROUP} select[name="client_id"]', victim)
+    page.click(f'{GROUP} [data-action="kill"]')
+    after = expected("AVG_BY_CIRCLE", start, survivors)
+    wait_for_owners(page, lambda o: o == after, f"{victim}'s queues moved to {survivors}", timeout=60)
+    expect(page.locator(f'{GROUP} tr[data-consumer="{victim}"]')).not_to_have_attribute("data-status", "running")
+    expect(page.locator("#membership-log")).to_contain_text(victim)
+    screenshot(page, "03-killed")
+
+    # Hang a survivor and flood the topic: its ProcessQueues fill to the threshold.
+    hung = survivors[0]
+    page.select_option(f'{GROUP} select[name="client_id"]', hung)
+    page.click(f'{GROUP} [data-action="hang"]')
+    expect(page.locator(f'{GROUP} tr[data-consumer="{hung}"]')).to_have_attribute("data-status", "hung")
+    page.fill('#producer-form input[name="count"]', "12000")
+    page.click('#producer-form [data-api="burst"]')
+    wait_until(lambda: int(page.get_attribute("#flow-count", "data-count")) > 0, timeout=60, interval=0.2,
+               message="flow-control events on the timeline")
+    page.wait_for_function("() => [...document.querySelectorAll('#flow-chart .point')].length > 0", timeout=10_000)
+    screenshot(page, "04-hung-flow-control")
+
+
+def test_a_pop_group_shows_who_received_each_queues_messages(page):
+    page.fill('#group-form input[name="group"]', "GID_POP")
+    page.select_option('#group-form select[name="mode"]', "pop")
+    page.click('#group-form button[type="submit"]')
+    pop = '.group[data-group="GID_POP"]'
+    expect(page.locator(pop)).to_have_attribute("data-mode", "pop", timeout=30_000)
+    page.wait_for_function(
+        "(g) => document.querySelectorAll(`${g} th.queue-head[data-state=received]`).length > 0", arg=pop,
+        timeout=60_000)
+    screenshot(page, "05-push-and-pop")
+
+
+def test_api_errors_are_shown(page):
+    page.select_option(f'{GROUP} select[name="client_id"]', index=0)
+    page.fill(f'{GROUP} input[name="ratio"]', "2")
+    page.click(f'{GROUP} [data-action="fail"]')
+    expect(page.locator("#lab-error")).to_be_visible()
+    expect(page.locator("#lab-error")).to_contain_text("between 0 and 1")
+    screenshot(page, "06-error")
+
+
+def test_a_login_link_works_once(lab, browser):
+    other = browser.new_page()
+    other.goto(lab)
+    expect(other.locator("#login-link-error")).to_contain_text("already used")
+    expect(other.locator('input[name="password"]')).to_be_visible()
+    other.close()

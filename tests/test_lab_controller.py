@@ -1,0 +1,343 @@
+"""The lab controller end to end: real broker, real worker processes, real consumers.
+
+One lab per module (starting workers costs seconds on 2 cores): the tests run in file
+order on one event loop and each leaves the lab as the next one expects. Requests go
+through the bus over the in-memory channel layer, as the web side sends them.
+"""
+import asyncio
+import os
+import signal
+
+import pytest
+import pytest_asyncio
+from channels.layers import get_channel_layer
+
+from consumers_app.allocate import get_strategy, sort_for_allocation
+from consumers_app.lab import bus
+from consumers_app.lab.controller import LabController
+from consumers_app.lab.scenario import DEFAULT
+from consumers_app.message_queue import MessageQueue
+
+from .brokers import BrokerProcess
+from .support import async_wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+# Short intervals so that an expiry or a rebalance takes a second, not minutes.
+BROKER_ARGS = ["--client-expiry-ms", "2500", "--client-scan-ms", "250"]
+QUICK = {"heartbeat_interval_ms": 500, "poll_name_server_interval_ms": 1000, "pq_event_interval_ms": 200,
+         "flow_control_event_interval_ms": 200, "persist_consumer_offset_interval_ms": 1000}
+CLIENT_OPTIONS = {
+    "push": {**QUICK, "rebalance_wait_interval_ms": 5000, "pull_threshold_for_queue": 20},
+    "lite_pull": {**QUICK, "rebalance_wait_interval_ms": 5000},
+    "pop": {k: v for k, v in QUICK.items() if k != "flow_control_event_interval_ms"},
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("lab-broker"), topics=[], extra_args=BROKER_ARGS) as b:
+        yield b
+
+
+class Browser:
+    """A stand-in websocket consumer: a member of the ``lab`` group keeping every batch."""
+
+    def __init__(self):
+        self.batches: list[list[dict]] = []
+
+    async def listen(self):
+        layer = get_channel_layer()
+        channel = await layer.new_channel("test-browser.")
+        await layer.group_add(bus.EVENTS_GROUP, channel)
+        while True:
+            self.batches.append((await layer.receive(channel))["events"])
+
+    def events(self, type=None) -> list[dict]:
+        return [e for batch in self.batches for e in batch if type is None or e["type"] == type]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser():
+    await get_channel_layer().flush()   # queues bound to another test's loop must not linger
+    browser = Browser()
+    listening = asyncio.create_task(browser.listen())
+    yield browser
+    listening.cancel()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lab(broker, browser):
+    controller = LabController(broker.address, client_options=CLIENT_OPTIONS, pool_size=2,
+                               flush_interval=0.05, poll_interval=0.5)
+    try:
+        await controller.start(DEFAULT)
+        yield controller
+    finally:
+        await controller.stop()
+
+
+def expected_assignments(strategy: str, members, labels, group="GID_LAB") -> dict:
+    """What RocketMQ's strategy gives each member (consumers_app.allocate is bit-exact)."""
+    mq_all, cid_all = sort_for_allocation([MessageQueue.from_label("TopicTest", x) for x in labels], members)
+    allocator = get_strategy(strategy)
+    return {cid: sorted(mq.label for mq in allocator.allocate(group, cid, mq_all, cid_all)) for cid in cid_all}
+
+
+def group_view(snapshot, group="GID_LAB") -> dict:
+    return snapshot["groups"][group]
+
+
+def live_members(lab, group="GID_LAB") -> list[str]:
+    return [c for c, s in group_view(lab.state.snapshot(), group)["clients"].items()
+            if s["status"] in ("running", "hung")]
+
+
+def balanced_as(lab, strategy, group="GID_LAB"):
+    """The group's assignments as ``strategy`` computes them for its live members."""
+    view = group_view(lab.state.snapshot(), group)
+    members = live_members(lab, group)
+    labels = [x for x in lab.state.topics["TopicTest"] if lab.state.brokers[x.rpartition(":")[0]]]
+    assignments = {c: sorted(q) for c, q in view["assignments"].items()}
+    return (sorted(view["members"]) == sorted(members) and not view["ownership_issues"]
+            and assignments == expected_assignments(strategy, members, labels))
+
+
+async def test_default_scenario_shares_eight_queues_among_three_push_consumers(lab):
+    snapshot = await bus.request("state")
+    view = group_view(snapshot)
+    assert (view["strategy"], view["mode"]) == ("AVG", "push")
+    assert snapshot["topics"]["TopicTest"] == [f"broker-{b}:{q}" for b in "ab" for q in range(4)]
+    assert snapshot["producers"]["TopicTest"]["rate"] == 200
+    assert len(live_members(lab)) == 3
+
+    await async_wait_until(lambda: balanced_as(lab, "AVG"), timeout=20, message="AVG over 3 consumers")
+    owners = {label: q["owners"] for label, q in group_view(lab.state.snapshot())["queues"].items()}
+    assert len(owners) == 8 and all(len(o) == 1 for o in owners.values())
+    # Messages flow and get consumed: the broker's offsets move for the group.
+    await async_wait_until(
+        lambda: all(q["committed_offset"] > 0 for q in group_view(lab.state.snapshot())["queues"].values()),
+        timeout=20, message="committed offsets on every queue")
+
+
+async def test_set_strategy_switches_every_member_at_once(lab):
+    snapshot = await bus.request("set_strategy", group="GID_LAB", strategy="AVG_BY_CIRCLE")
+    assert group_view(snapshot)["strategy"] == "AVG_BY_CIRCLE"
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="AVG_BY_CIRCLE")
+    clients = group_view(lab.state.snapshot())["clients"]
+    assert {c["strategy"] for c in clients.values() if c["status"] == "running"} == {"AVG_BY_CIRCLE"}
+    # AVG and AVG_BY_CIRCLE really differ here: contiguous blocks vs every third queue.
+    members = live_members(lab)
+    labels = lab.state.topics["TopicTest"]
+    assert expected_assignments("AVG", members, labels) != expected_assignments("AVG_BY_CIRCLE", members, labels)
+
+
+def comparable(snapshot) -> dict:
+    """What a refused request must leave alone."""
+    return {
+        "groups": {g: (v["strategy"], v["mode"], sorted(v["clients"]), v["assignments"])
+                   for g, v in snapshot["groups"].items()},
+        "topics": snapshot["topics"], "brokers": snapshot["brokers"], "producers": snapshot["producers"],
+    }
+
+
+@pytest.mark.parametrize("action, params, reason", [
+    ("explode", {}, "unknown action 'explode'"),
+    ("set_strategy", {"group": "GID_NOPE", "strategy": "AVG"}, "unknown group 'GID_NOPE'"),
+    ("set_strategy", {"group": "GID_LAB", "strategy": "FASTEST"}, "unknown strategy 'FASTEST'; valid: AVG, "),
+    ("set_strategy", {"group": "GID_LAB"}, "missing a required argument: 'strategy'"),
+    ("set_mode", {"group": "GID_LAB", "mode": "push_pull"}, "unknown mode 'push_pull'"),
+    ("add_consumer", {"group": "GID_LAB", "mode": "pop"}, "use set_mode"),
+    ("add_consumer", {"group": "bad group!"}, "bad group name"),
+    ("add_consumer", {"group": "GID_NEW", "topic": "NoSuchTopic"}, "unknown topic 'NoSuchTopic'"),
+    ("consumer", {"client_id": "c999", "action": "hang"}, "unknown consumer 'c999'"),
+    ("consumer", {"client_id": "c1", "action": "explode"}, "unknown consumer action 'explode'"),
+    ("consumer", {"client_id": "c1", "action": "slow", "ms": "fast"}, "ms must be a number"),
+    ("consumer", {"client_id": "c1", "action": "slow", "ms": -5}, "ms must be between"),
+    ("consumer", {"client_id": "c1", "action": "fail", "ratio": 1.5}, "ratio must be between"),
+    ("producer_rate", {"topic": "TopicTest", "rate": -1}, "rate must be between"),
+    ("producer_rate", {"topic": "TopicTest", "rate": "lots"}, "rate must be a number"),
+    ("producer_rate", {"topic": "TopicTest", "rate": True}, "rate must be a number"),
+    ("producer_rate", {"topic": "Nope", "rate": 10}, "unknown topic 'Nope'"),
+    ("producer_burst", {"topic": "TopicTest", "count": 2.5}, "count must be a whole number"),
+    ("queues", {"topic": "TopicTest", "delta": 0}, "delta must not be 0"),
+    ("queues", {"topic": "TopicTest", "delta": -5, "broker": "broker-a"}, "only 4 queue(s) on broker-a"),
+    ("queues", {"topic": "TopicTest", "delta": 1, "broker": "broker-z"}, "unknown broker 'broker-z'"),
+    ("broker", {"broker": "broker-z", "online": False}, "unknown broker 'broker-z'"),
+    ("broker", {"broker": "broker-a", "online": "no"}, "online must be true or false"),
+])
+async def test_bad_requests_are_refused_and_change_nothing(lab, action, params, reason):
+    before = comparable(lab.state.snapshot())
+    with pytest.raises(bus.LabError) as refused:
+        await bus.request(action, **params)
+    assert reason in str(refused.value)
+    assert comparable(lab.state.snapshot()) == before
+
+
+async def test_removing_every_queue_is_refused(lab, broker):
+    # Leave broker-b only, then try to empty it: the topic would have no queues.
+    await bus.request("queues", topic="TopicTest", delta=-4, broker="broker-a")
+    try:
+        with pytest.raises(bus.LabError, match="would leave TopicTest with no queues"):
+            await bus.request("queues", topic="TopicTest", delta=-4, broker="broker-b")
+        assert lab.state.topics["TopicTest"] == [f"broker-b:{q}" for q in range(4)]
+    finally:
+        await bus.request("queues", topic="TopicTest", delta=4, broker="broker-a")
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="8 queues again")
+
+
+async def test_added_queues_are_shared_at_once(lab, browser):
+    snapshot = await bus.request("queues", topic="TopicTest", delta=2, broker="broker-b")
+    assert snapshot["topics"]["TopicTest"][-2:] == ["broker-b:4", "broker-b:5"]
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="10 queues shared")
+    await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("delta") == 2],
+                           timeout=5, message="the broker event published")
+    await bus.request("queues", topic="TopicTest", delta=-2, broker="broker-b")
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="back to 8 queues")
+
+
+async def test_an_offline_broker_leaves_the_group_to_the_other_brokers_queues(lab, browser):
+    snapshot = await bus.request("broker", broker="broker-b", online=False)
+    assert snapshot["brokers"]["broker-b"] == {"online": False}
+    try:
+        await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="broker-a only")
+        owned = [q for qs in group_view(lab.state.snapshot())["assignments"].values() for q in qs]
+        assert sorted(owned) == [f"broker-a:{q}" for q in range(4)]
+        await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("change") == "offline"],
+                               timeout=5, message="the offline event published")
+    finally:
+        await bus.request("broker", broker="broker-b", online=True)
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="both brokers again")
+
+
+async def test_a_hung_consumer_hits_flow_control(lab):
+    victim = live_members(lab)[0]
+    snapshot = await bus.request("consumer", client_id=victim, action="hang")
+    assert group_view(snapshot)["clients"][victim]["status"] == "hung"
+
+    def flow_controlled():
+        return [e for e in group_view(lab.state.snapshot())["flow_control"] if e["client_id"] == victim]
+
+    events = await async_wait_until(flow_controlled, timeout=20, message=f"flow control on {victim}")
+    # pullThresholdForQueue is 20 here: the hung consumer's cache outgrew it.
+    assert (events[-1]["reason"], events[-1]["threshold"]) == ("count", 20)
+    assert events[-1]["value"] > 20
+    owned = group_view(lab.state.snapshot())["assignments"][victim]
+    await async_wait_until(lambda: any(group_view(lab.state.snapshot())["queues"][q]["cached_count"] > 20
+                                       for q in owned), timeout=5, message="its ProcessQueues full")
+
+    snapshot = await bus.request("consumer", client_id=victim, action="resume")
+    assert group_view(snapshot)["clients"][victim]["status"] == "running"
+
+
+async def test_a_killed_consumer_leaves_its_queues_orphaned_until_the_broker_expires_it(lab):
+    victim = live_members(lab)[-1]
+    held = group_view(lab.state.snapshot())["assignments"][victim]
+
+    snapshot = await bus.request("consumer", client_id=victim, action="kill")
+
+    view = group_view(snapshot)
+    assert view["clients"][victim]["status"] == "killed"
+    assert victim not in view["assignments"]
+    # No goodbye: the broker still lists it, nobody consumes its queues, and the lab says so.
+    assert victim in view["members"]
+    assert {q: "unowned" for q in held}.items() <= view["ownership_issues"].items()
+    # The broker expires it (2.5 s here, 120 s in RocketMQ) and the survivors take over.
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=20, message="survivors rebalanced")
+    assert victim not in group_view(lab.state.snapshot())["members"]
+    with pytest.raises(bus.LabError, match=f"consumer {victim} is killed"):
+        await bus.request("consumer", client_id=victim, action="hang")
+
+
+async def test_add_and_stop_a_consumer(lab):
+    reply = await bus.request("add_consumer", group="GID_LAB")
+    new = reply["client_id"]
+    assert new in group_view(reply["state"])["members"]
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message=f"{new} got queues")
+    assert group_view(lab.state.snapshot())["assignments"][new]
+
+    snapshot = await bus.request("consumer", client_id=new, action="stop")
+    # A graceful stop says goodbye: the broker drops it at once, no expiry needed.
+    assert new not in group_view(snapshot)["members"]
+    assert group_view(snapshot)["clients"][new]["status"] == "stopped"
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="rebalanced after stop")
+
+
+async def test_producer_rate_and_burst(lab):
+    snapshot = await bus.request("producer_rate", topic="TopicTest", rate=50)
+    assert snapshot["producers"]["TopicTest"]["rate"] == 50
+    before = sum(q["max_offset"] for q in group_view(lab.state.snapshot())["queues"].values())
+    await bus.request("producer_burst", topic="TopicTest", count=500)
+    await async_wait_until(
+        lambda: sum(q["max_offset"] for q in group_view(lab.state.snapshot())["queues"].values()) >= before + 500,
+        timeout=15, message="the burst stored")
+    await bus.request("producer_rate", topic="TopicTest", rate=200)
+
+
+async def test_set_mode_replaces_the_consumers(lab):
+    before = live_members(lab)
+    snapshot = await bus.request("set_mode", group="GID_LAB", mode="lite_pull")
+    view = group_view(snapshot)
+    assert view["mode"] == "lite_pull"
+    now = live_members(lab)
+    assert len(now) == len(before) and not set(now) & set(before)
+    assert {view["clients"][c]["mode"] for c in now} == {"lite_pull"}
+    assert {view["clients"][c]["status"] for c in before} == {"stopped"}
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="lite pull balanced")
+
+    snapshot = await bus.request("set_mode", group="GID_LAB", mode="push")
+    assert group_view(snapshot)["mode"] == "push"
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="push again")
+
+
+async def test_a_pop_group_side_by_side(lab):
+    first = await bus.request("add_consumer", group="GID_POP", mode="pop")
+    second = await bus.request("add_consumer", group="GID_POP")
+    view = group_view(second["state"], "GID_POP")
+    assert view["mode"] == "pop" and view["topic"] == "TopicTest"
+    pop_clients = sorted([first["client_id"], second["client_id"]])
+
+    def broker_level_assignments():
+        view = group_view(lab.state.snapshot(), "GID_POP")
+        return all(view["assignments"].get(c) == ["broker-a:-1", "broker-b:-1"] for c in pop_clients) and view
+
+    view = await async_wait_until(broker_level_assignments, timeout=15, message="pop assignments")
+    # Any pop consumer may take from any queue: every queue lists both, and that is no fault.
+    assert {tuple(q["owners"]) for q in view["queues"].values()} == {tuple(pop_clients)}
+    assert view["ownership_issues"] == {}
+    # The push group next to it is untouched.
+    assert group_view(lab.state.snapshot())["mode"] == "push"
+
+
+async def test_a_dead_worker_takes_its_consumers_with_it(lab, browser):
+    link = next(iter(lab.supervisor.links.values()))
+    clients = group_view(lab.state.snapshot())["clients"]
+    hosted = [c for c in live_members(lab) if clients[c]["worker"] == link.worker_id]
+    assert hosted, "the pool spreads consumers over both workers"
+    os.kill(link.pid, signal.SIGKILL)
+
+    def all_gone():
+        clients = group_view(lab.state.snapshot())["clients"]
+        return all(clients[c]["status"] == "gone" for c in hosted)
+
+    await async_wait_until(all_gone, timeout=10, message="consumers of the dead worker marked gone")
+    await async_wait_until(
+        lambda: {e["client_id"] for e in browser.events("fault") if e["fault"] == "worker_lost"} >= set(hosted),
+        timeout=5, message="worker_lost faults published")
+    # A new consumer lands on a fresh worker; the group recovers once the broker expires the dead.
+    reply = await bus.request("add_consumer", group="GID_LAB")
+    assert reply["client_id"] in live_members(lab)
+    assert group_view(reply["state"])["clients"][reply["client_id"]]["worker"] != link.worker_id
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=20, message="recovered")
+
+
+async def test_browsers_get_coalesced_batches_and_snapshots(lab, browser):
+    await async_wait_until(lambda: len(browser.batches) > 20, timeout=10, message="batches")
+    for batch in browser.batches:
+        keys = [(e["group"], e["client_id"], e["queue"]) for e in batch if e["type"] == "pq"]
+        assert len(keys) == len(set(keys)), "one pq event per queue and consumer per batch"
+    # Every kind of story event reached the browser, and a periodic snapshot too.
+    kinds = {e["type"] for e in browser.events()}
+    assert {"assignment", "rebalance", "membership", "pq", "flow_control", "fault", "broker", "snapshot"} <= kinds
+    snapshots = browser.events("snapshot")
+    assert "GID_LAB" in snapshots[-1]["groups"]

@@ -1,0 +1,176 @@
+"""LabState: events in, snapshot and coalesced deltas out (no processes, no I/O)."""
+from consumers_app.events import make_event
+from consumers_app.lab.state import LabState
+
+QUEUES = [f"broker-{b}:{q}" for b in "ab" for q in range(4)]
+
+
+def lab_with_group(clients=("c1", "c2", "c3"), mode="push") -> LabState:
+    state = LabState()
+    state.set_topic_queues("TopicTest", reversed(QUEUES))
+    state.add_group("GID_LAB", "TopicTest", mode, "AVG")
+    for client_id in clients:
+        state.add_client(client_id, "GID_LAB", mode, "w1").status = "running"
+    return state
+
+
+def assign(state, client_id, queues, strategy="AVG"):
+    state.apply(make_event("assignment", "GID_LAB", client_id, queues=queues, strategy=strategy, reason="test"))
+
+
+def test_snapshot_has_the_contract_shape():
+    state = lab_with_group()
+    assign(state, "c1", QUEUES[0:3])
+    assign(state, "c2", QUEUES[3:6])
+    assign(state, "c3", QUEUES[6:8])
+    state.apply(make_event("pq", "GID_LAB", "c1", queue="broker-a:0", cached_count=7, cached_bytes=7000, span=9))
+    state.set_offsets("GID_LAB", 10_000, [
+        {"label": "broker-a:0", "min_offset": 0, "max_offset": 100, "committed_offset": 60,
+         "oldest_unconsumed_store_ts": 9_000, "inflight": 0},
+    ])
+
+    snap = state.snapshot()
+
+    assert snap["type"] == "snapshot"
+    group = snap["groups"]["GID_LAB"]
+    assert (group["strategy"], group["mode"]) == ("AVG", "push")
+    assert group["assignments"] == {"c1": QUEUES[0:3], "c2": QUEUES[3:6], "c3": QUEUES[6:8]}
+    assert list(group["queues"]) == QUEUES   # MessageQueue order, whatever order they came in
+    a0 = group["queues"]["broker-a:0"]
+    assert (a0["lag"], a0["cached_count"], a0["cached_bytes"], a0["span"]) == (40, 7, 7000, 9)
+    assert (a0["time_lag_ms"], a0["owners"]) == (1_000, ["c1"])
+    assert group["queues"]["broker-b:3"] == {
+        "lag": 0, "cached_count": 0, "cached_bytes": 0, "span": 0, "committed_offset": -1,
+        "max_offset": 0, "time_lag_ms": 0, "inflight": 0, "owners": ["c3"]}
+    assert group["ownership_issues"] == {}
+
+
+def test_lag_without_a_committed_offset_counts_the_whole_queue():
+    state = lab_with_group()
+    state.set_offsets("GID_LAB", 0, [{"label": "broker-a:1", "min_offset": 10, "max_offset": 25,
+                                      "committed_offset": -1}])
+    assert state.snapshot()["groups"]["GID_LAB"]["queues"]["broker-a:1"]["lag"] == 15
+
+
+def test_a_queue_held_twice_or_by_nobody_is_flagged_until_the_rebalance_ends():
+    state = lab_with_group(clients=("c1", "c2"))
+    assign(state, "c1", QUEUES[:4])
+    assign(state, "c2", QUEUES[4:])
+    assert state.snapshot()["groups"]["GID_LAB"]["ownership_issues"] == {}
+
+    # c1 took over broker-b:0 before c2 released it, and let go of broker-a:3.
+    assign(state, "c1", QUEUES[:3] + ["broker-b:0"])
+    issues = state.snapshot()["groups"]["GID_LAB"]["ownership_issues"]
+    assert issues == {"broker-a:3": "unowned", "broker-b:0": "shared"}
+    assert state.snapshot()["groups"]["GID_LAB"]["queues"]["broker-b:0"]["owners"] == ["c1", "c2"]
+
+    assign(state, "c2", ["broker-a:3"] + QUEUES[5:])
+    assert state.snapshot()["groups"]["GID_LAB"]["ownership_issues"] == {}
+
+
+def test_a_gone_consumer_owns_nothing_and_its_late_reports_are_ignored():
+    state = lab_with_group(clients=("c1", "c2"))
+    assign(state, "c1", QUEUES[:4])
+    assign(state, "c2", QUEUES[4:])
+    state.client_gone("c2", "killed")
+    assign(state, "c2", QUEUES[4:])       # still in flight when it died
+    state.apply(make_event("pq", "GID_LAB", "c2", queue="broker-b:0", cached_count=5))
+
+    group = state.snapshot()["groups"]["GID_LAB"]
+    assert group["assignments"] == {"c1": QUEUES[:4]}
+    assert group["clients"]["c2"]["status"] == "killed"
+    assert set(group["ownership_issues"]) == set(QUEUES[4:])
+    assert group["queues"]["broker-b:0"]["cached_count"] == 0
+
+
+def test_pop_assignments_cover_a_whole_broker_and_are_never_flagged():
+    state = lab_with_group(clients=("c1", "c2"), mode="pop")
+    assign(state, "c1", ["broker-a:-1", "broker-b:-1"])
+    assign(state, "c2", ["broker-a:-1", "broker-b:-1"])
+
+    group = state.snapshot()["groups"]["GID_LAB"]
+    assert group["queues"]["broker-b:2"]["owners"] == ["c1", "c2"]
+    assert group["ownership_issues"] == {}
+    assert set(group["queues"]) == set(QUEUES)
+
+
+def test_client_snapshot_replaces_its_assignment_and_caches():
+    state = lab_with_group(clients=("c1",))
+    assign(state, "c1", QUEUES)
+    state.apply_client_snapshot({
+        "client_id": "c1", "group": "GID_LAB", "mode": "push", "strategy": "AVG",
+        "assignments": ["broker-a:1", "broker-a:0"],
+        "queues": {"broker-a:0": {"cached_count": 3, "cached_bytes": 30, "span": 2, "inflight": 0,
+                                  "committed_offset": 1, "pull_offset": 4}},
+    })
+    group = state.snapshot()["groups"]["GID_LAB"]
+    assert group["assignments"] == {"c1": ["broker-a:0", "broker-a:1"]}
+    assert group["queues"]["broker-a:0"]["cached_count"] == 3
+
+
+def test_membership_sets_the_brokers_view_and_logs_the_brokers_changes():
+    state = lab_with_group()
+    state.apply(make_event("membership", "GID_LAB", "c10", source="broker", reason="joined",
+                           joined=["c10"], left=[], members=["c2", "c10", "c1"]))
+    state.apply(make_event("membership", "GID_LAB", "c1", reason="joined",   # c1 heard it too
+                           joined=["c10"], left=[], members=["c2", "c10", "c1"]))
+    group = state.snapshot()["groups"]["GID_LAB"]
+    assert group["members"] == ["c1", "c10", "c2"]   # Java string order, as RocketMQ sorts ids
+    assert [e["joined"] for e in group["membership_log"]] == [["c10"]]
+
+
+def test_drain_keeps_the_latest_figures_and_every_story_event():
+    state = lab_with_group()
+    for count in (1, 2, 3):
+        state.apply(make_event("pq", "GID_LAB", "c1", queue="broker-a:0", cached_count=count))
+        state.apply(make_event("pq", "GID_LAB", "c1", queue="broker-a:1", cached_count=10 * count))
+        state.apply(make_event("flow_control", "GID_LAB", "c1", queue="broker-a:0", reason="count"))
+        state.apply(make_event("fault", "GID_LAB", "c1", fault="hang"))
+    assign(state, "c1", QUEUES)
+    state.apply(make_event("membership", "GID_LAB", "c2", source="broker", reason="left", members=["c1"]))
+
+    batch = state.drain()
+
+    pq = [(e["queue"], e["cached_count"]) for e in batch if e["type"] == "pq"]
+    assert pq == [("broker-a:0", 3), ("broker-a:1", 30)]
+    assert len([e for e in batch if e["type"] == "flow_control"]) == 1
+    assert len([e for e in batch if e["type"] == "fault"]) == 3
+    assert [e["type"] for e in batch][-2:] == ["assignment", "membership"]
+    assert state.drain() == []
+
+
+def test_broker_events_update_brokers_and_queues():
+    state = lab_with_group()
+    state.apply(make_event("broker", "", "", broker="broker-b", online=False, change="offline"))
+    state.apply(make_event("broker", "", "", broker="broker-a", topic="TopicTest", change="queues",
+                           queues=QUEUES[:5]))
+    snap = state.snapshot()
+    assert snap["brokers"]["broker-b"] == {"online": False}
+    assert snap["topics"]["TopicTest"] == QUEUES[:5]
+    assert list(snap["groups"]["GID_LAB"]["queues"]) == QUEUES[:5]
+
+
+def test_queues_of_an_offline_broker_are_nobodys_and_that_is_fine():
+    state = lab_with_group(clients=("c1",))
+    state.apply(make_event("broker", "", "", broker="broker-b", online=False, change="offline"))
+    assign(state, "c1", QUEUES[:4])
+    assert state.snapshot()["groups"]["GID_LAB"]["ownership_issues"] == {}
+
+
+def test_the_last_rebalance_is_kept():
+    state = lab_with_group()
+    state.apply(make_event("rebalance", "GID_LAB", "c1", phase="start", reason="joined"))
+    state.apply(make_event("rebalance", "GID_LAB", "c1", phase="end", reason="joined", duration_ms=3.5,
+                           added=["broker-a:0"], removed=[]))
+    last = state.snapshot()["groups"]["GID_LAB"]["last_rebalance"]
+    assert (last["client_id"], last["reason"], last["duration_ms"], last["added"]) == ("c1", "joined", 3.5,
+                                                                                      ["broker-a:0"])
+
+
+def test_faults_mark_the_consumer():
+    state = lab_with_group()
+    state.apply(make_event("fault", "GID_LAB", "c2", fault="hang"))
+    state.apply(make_event("fault", "GID_LAB", "c3", fault="slow", ms=200))
+    clients = state.snapshot()["groups"]["GID_LAB"]["clients"]
+    assert clients["c2"]["status"] == "hung"
+    assert clients["c3"]["slow_ms"] == 200
