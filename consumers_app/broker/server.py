@@ -35,9 +35,13 @@ async def serve(cfg: BrokerConfig, ready=None) -> int:
     ])
     v2_grpc.add_MessagingServiceServicer_to_server(MessagingService(core, (cfg.host, cfg.port)), server)
     lab_grpc.add_LabAdminServicer_to_server(LabAdminService(core), server)
-    bound = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+    try:
+        # grpcio reports a failed bind by returning 0 in old releases, raising in new ones.
+        bound = server.add_insecure_port(f"{cfg.host}:{cfg.port}")
+    except RuntimeError:
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot bind {cfg.host}:{cfg.port}")
+        raise OSError(f"cannot bind {cfg.host}:{cfg.port} (address in use?)")
     await core.start()
     await server.start()
 
