@@ -123,6 +123,11 @@ async def test_default_scenario_shares_eight_queues_among_three_push_consumers(l
 async def test_set_strategy_switches_every_member_at_once(lab):
     snapshot = await bus.request("set_strategy", group="GID_LAB", strategy="AVG_BY_CIRCLE")
     assert group_view(snapshot)["strategy"] == "AVG_BY_CIRCLE"
+    # The answer is the new state: the owners already as AVG_BY_CIRCLE computes them.
+    members = live_members(lab)
+    labels = lab.state.topics["TopicTest"]
+    answered = {c: sorted(q) for c, q in group_view(snapshot)["assignments"].items()}
+    assert answered == expected_assignments("AVG_BY_CIRCLE", members, labels)
     await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="AVG_BY_CIRCLE")
     clients = group_view(lab.state.snapshot())["clients"]
     assert {c["strategy"] for c in clients.values() if c["status"] == "running"} == {"AVG_BY_CIRCLE"}

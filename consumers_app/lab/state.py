@@ -201,7 +201,9 @@ class LabState:
         if group is None or client is None or not client.alive:
             return
         client_id = client.client_id
-        client.strategy = snap.get("strategy") or client.strategy
+        # Not the strategy: a snapshot taken right after set_strategy names the new one
+        # before the rebalance ran. Assignment events carry the strategy that computed them.
+        client.strategy = client.strategy or snap.get("strategy", "")
         group.assignments[client_id] = sort_labels(snap.get("assignments", []))
         for key in [k for k in group.pq if k[0] == client_id]:
             del group.pq[key]
