@@ -228,6 +228,9 @@ async def test_api_token_authenticates_without_csrf(lab, user):
     response = await post(scripted, "/api/consumers/c1/hang", None, Authorization=f"Token {token}")
     assert response.status_code == 200
     assert (await scripted.get("/api/state", headers={"Authorization": f"Token {token}"})).status_code == 200
+    # An unknown action is a JSON 404 for a script too, not CSRF's HTML 403.
+    response = await post(scripted, "/api/consumers/c1/explode", None, Authorization=f"Token {token}")
+    assert response.status_code == 404 and "error" in response.json()
 
 
 @pytest.mark.parametrize("header, reason", [
