@@ -65,6 +65,18 @@ def write_minutes(root: Path, first_minute: int, minutes: int, rng: np.random.Ge
     return rows
 
 
+def jvm_cpu(spark) -> tuple[float, float]:
+    """(user, system) CPU seconds used so far by the Spark driver JVM (local mode: all of Spark)."""
+    try:
+        pid = spark.sparkContext._gateway.proc.pid
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
+    except (AttributeError, OSError, IndexError, ValueError):
+        return float("nan"), float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000000,10000000")
@@ -99,17 +111,20 @@ def main() -> None:
                 marks["t"] = now
 
             job = LagJob(work / "recordings", work / "lag", spark=spark, progress=step)
-            t = time.monotonic()
+            t, cpu = time.monotonic(), jvm_cpu(spark)
             result = job.run()
             full = time.monotonic() - t
+            user, system = (b - a for a, b in zip(cpu, jvm_cpu(spark)))
             print(f"  full run:        {full:6.1f} s  {rows / full:12,.0f} rows/s  "
-                  f"({result.windows['queue_windows']:,} queue windows)")
+                  f"({result.windows['queue_windows']:,} queue windows)  JVM cpu user {user:.1f} s sys {system:.1f} s")
             write_minutes(work / "recordings", minutes, 1, rng, offsets)
-            t = time.monotonic()
+            t, cpu = time.monotonic(), jvm_cpu(spark)
             result = job.run()
             incremental = time.monotonic() - t
+            user, system = (b - a for a, b in zip(cpu, jvm_cpu(spark)))
             print(f"  incremental run: {incremental:6.1f} s  (one new minute; {result.rows_read:,} rows read "
-                  f"incl. look-back, {result.windows['queue_windows']:,} queue windows recomputed)")
+                  f"incl. look-back, {result.windows['queue_windows']:,} queue windows recomputed)  "
+                  f"JVM cpu user {user:.1f} s sys {system:.1f} s")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     spark.stop()

@@ -24,8 +24,8 @@ never below 0. Time lag of a sample = ``ts - oldest_unconsumed_store_ts`` when t
 lag and a store time (else 0); at a window end it is interpolated linearly between the
 window's last sample and the next sample (no interpolation across a gap > 2 windows).
 p95 is exact: the smallest sample v with at least 95 % of the window's samples <= v (a
-sorted array per window - at most a minute of samples - beats percentile_approx's
-sketches here, and every queue/owner window is merged up from one pass over the samples).
+sorted array per window - at most a minute of samples; percentile_approx is no cheaper,
+being an object aggregate too, and the minute's p95 needs the raw values anyway).
 
 Incremental: ``<out>/_state.json`` lists the recording files already processed. A run
 takes the new files, derives from their minutes (file names) the range of windows they
@@ -35,10 +35,15 @@ those windows only, and rewrites the affected hour partitions (kept rows + new r
 staged then swapped in). ``since``/``until``/``group`` make a *targeted* run instead:
 recompute that range for that group from every file, state unchanged.
 
-Cost: one pass over the samples per queue/owner/10 s (max_by per column, the lags as an
-array), the rest merged up from those rows; one more (narrow) pass for the group's per-ts
-sums. No Python UDFs. The merge of old and new rows assumes ``DATA_DIR`` is a local (or
-identically mounted) filesystem: the staged partitions are swapped in with renames.
+Cost: the samples are scanned and shuffled by queue once (no partial aggregation: the
+lag arrays are cheaper to build in one final aggregation), then aggregated per queue and
+10 s (max_by per column, the lags as an array) and, off the same reused shuffle, per
+queue/owner/minute; the later steps group and window per queue (the status rules with
+O(1)-per-point window functions, status.py). The 1-minute queue windows are merged up
+from the 10-s rows (last of last, max of max, sums, the arrays concatenated for p95).
+One more (narrow) pass for the group's per-ts sums. No Python UDFs. The merge of old
+and new rows assumes ``DATA_DIR`` is a local (or identically mounted) filesystem: the
+staged partitions are swapped in with renames.
 """
 from __future__ import annotations
 
@@ -393,37 +398,56 @@ def enrich(snapshots):
 
 
 def aggregate_samples(snapshots):
-    """The one pass over the raw samples: per queue, owner and 10-s window.
+    """The one pass over the raw samples: per queue and 10-s window (``_kind`` "q") and,
+    from the same shuffled rows, per queue, owner and minute (``_kind`` "o").
 
-    Everything windowed per queue or owner is merged up from these rows (exact p95
-    included: the window's lags are carried as an array), so the samples are scanned
-    once for them, whatever the number of resolutions."""
+    Everything windowed per queue is merged up from the "q" rows (exact p95 included: the
+    window's lags are carried as an array); the owner windows are the "o" rows. One plan
+    (a union) so the samples are scanned and shuffled once for both."""
     from pyspark.sql import functions as F
 
-    s = enrich(snapshots).withColumn("ws", F.col("ts") - F.col("ts") % 10_000)
-    committed = F.when(F.col("consumer_offset") >= 0, F.col("consumer_offset"))
-    # max_by per primitive column, not over one struct: fixed-width aggregation buffers
-    # are markedly cheaper; the structs are assembled on the (10x fewer) results.
-    last_fields = ["broker_min_offset", "broker_max_offset", "consumer_offset", "lag", "time_lag"]
-    agg = s.groupBy(*QUEUE_KEYS, "owner", "ws").agg(
+    # Shuffle the (projected) samples by queue once, before aggregating: every later step
+    # (the 1 min merge, the status and time-lag windows) groups or partitions by queue, so
+    # the rows stay where they are from here on; and the lag arrays are built in one
+    # final aggregation, without a partial one (ObjectHashAggregate's partial buffers and
+    # their serialization cost more than shuffling the raw columns).
+    raw = snapshots.select("ts", *QUEUE_KEYS, "owner", "broker_min_offset", "broker_max_offset",
+                           "consumer_offset", "oldest_unconsumed_store_ts").repartition(*QUEUE_KEYS)
+    s = enrich(raw)
+    ts = F.col("ts")
+    # max_by per primitive column, not over one struct: cheaper aggregation buffers; the
+    # structs are assembled on the (10x fewer) results.
+    last_fields = ["broker_min_offset", "broker_max_offset", "consumer_offset", "lag", "owner", "time_lag"]
+    queue = s.groupBy(*QUEUE_KEYS, (ts - ts % 10_000).alias("ws")).agg(
         F.max("ts").alias("last_ts"), *[F.max_by(c, "ts").alias(f"last_{c}") for c in last_fields],
         F.min("ts").alias("first_ts"), F.min_by("time_lag", "ts").alias("first_time_lag"),
         F.max("lag").alias("max_lag"), F.sum("lag").alias("sum_lag"), F.count("*").alias("samples"),
         F.collect_list("lag").alias("lags"), F.max("time_lag").alias("max_time_lag_ms"),
-        F.min(committed).alias("min_committed"), F.max(committed).alias("max_committed"),
     )
-    last = F.struct(F.col("last_ts").alias("ts"), *[F.col(f"last_{c}").alias(c) for c in last_fields[:4]],
-                    F.col("owner"), F.col("last_time_lag").alias("time_lag"))
+    last = F.struct(F.col("last_ts").alias("ts"), *[F.col(f"last_{c}").alias(c) for c in last_fields])
     first = F.struct(F.col("first_ts").alias("ts"), F.col("first_time_lag").alias("time_lag"))
-    return agg.select(*QUEUE_KEYS, "owner", "ws", last.alias("last"), first.alias("first"), "max_lag", "sum_lag",
-                      "samples", "lags", "max_time_lag_ms", "min_committed", "max_committed")
+    queue = queue.select(F.lit("q").alias("_kind"), *QUEUE_KEYS, "ws", last.alias("last"), first.alias("first"),
+                         "max_lag", "sum_lag", "samples", "lags", "max_time_lag_ms")
+    committed = F.when(F.col("consumer_offset") >= 0, F.col("consumer_offset"))
+    # Same input columns and no filter before the aggregation, so both branches sit on one
+    # (reused) exchange: compute_owner_windows drops the null owners afterwards, and
+    # max_time_lag_ms (unused) keeps oldest_unconsumed_store_ts in this branch's input.
+    owner = s.groupBy(*QUEUE_KEYS, "owner", (ts - ts % MINUTE).alias("ws")).agg(
+        F.count("*").alias("samples"), F.min("ts").alias("owned_from_ms"), F.max("ts").alias("owned_to_ms"),
+        F.max_by("lag", "ts").alias("last_lag"), F.sum("lag").alias("sum_lag"), F.max("lag").alias("max_lag"),
+        F.min(committed).alias("min_committed"), F.max(committed).alias("max_committed"),
+        F.max("time_lag").alias("max_time_lag_ms"),
+    ).withColumn("_kind", F.lit("o"))
+    return queue.unionByName(owner, allowMissingColumns=True)
 
 
 def _p95(lags):
     """Exact p95 of an array: the smallest v with at least 95 % of the values <= v."""
     from pyspark.sql import functions as F
 
-    return F.element_at(F.array_sort(lags), F.greatest(F.lit(1), F.ceil(F.size(lags) * 0.95).cast("int")))
+    # sort_array, not array_sort: array_sort evaluates a comparator lambda per comparison
+    # (interpreted), sort_array compares natively - several times cheaper on 1M+ arrays.
+    return F.element_at(F.sort_array(lags), F.greatest(F.lit(1), F.ceil(F.size(lags) * 0.95).cast("int")))
 
 
 def _merge_windows(rows, res_ms: int, *extra):
@@ -443,11 +467,12 @@ def _merge_windows(rows, res_ms: int, *extra):
 
 
 def queue_points(samples, p: JobParams):
-    """Per queue and 10-s window: the merged samples plus ``status`` (status.py), still
-    carrying what the 1-minute windows are merged from."""
+    """Per queue and 10-s window: aggregate_samples()'s "q" rows plus ``status``
+    (status.py), still carrying what the 1-minute windows are merged from."""
     from pyspark.sql import functions as F
 
-    ten = _merge_windows(samples, 10_000)
+    ten = samples.filter(F.col("_kind") == "q").select(*QUEUE_KEYS, "ws", "last", "first", "max_lag", "sum_lag",
+                                                       "samples", "lags", "max_time_lag_ms")
     ten = ten.withColumn("consumer_offset", F.col("last.consumer_offset")).withColumn("lag", F.col("last.lag"))
     return status_rules.add_status(ten, QUEUE_KEYS, p.status_window_ms, p.stop_after_ms)
 
@@ -520,16 +545,11 @@ def compute_owner_windows(samples):
     """Lag attributed to each owner, per queue and minute, over the samples it owned the queue."""
     from pyspark.sql import functions as F
 
-    agg = (samples.filter(F.col("owner").isNotNull())
-           .withColumn("ws", F.col("ws") - F.col("ws") % MINUTE)
-           .groupBy(*QUEUE_KEYS, "owner", "ws").agg(
-               F.sum("samples").alias("samples"),
-               F.timestamp_millis(F.min("first.ts")).alias("owned_from"),
-               F.timestamp_millis(F.max("last.ts")).alias("owned_to"),
-               F.max_by("last.lag", "last.ts").alias("last_lag"),
-               (F.sum("sum_lag") / F.sum("samples")).alias("avg_lag"),
-               F.max("max_lag").alias("max_lag"),
-               (F.max("max_committed") - F.min("min_committed")).alias("consumed")))
+    agg = samples.filter((F.col("_kind") == "o") & F.col("owner").isNotNull()).select(
+        *QUEUE_KEYS, "owner", "ws", "samples",
+        F.timestamp_millis("owned_from_ms").alias("owned_from"), F.timestamp_millis("owned_to_ms").alias("owned_to"),
+        "last_lag", (F.col("sum_lag") / F.col("samples")).alias("avg_lag"), "max_lag",
+        (F.col("max_committed") - F.col("min_committed")).alias("consumed"))
     return _with_partitions(agg, res_ms=MINUTE)
 
 
@@ -541,7 +561,8 @@ def compute_rebalances(events):
     r = events.filter(F.col("type") == "rebalance").select(
         "group", "client_id", "ts",
         F.lower(F.coalesce(F.get_json_object("fields", "$.phase"), F.lit("end"))).alias("phase"),
-        F.get_json_object("fields", "$.duration_ms").cast("long").alias("duration_ms"),
+        # Clients report fractional milliseconds ("2.545"): a straight cast to long fails.
+        F.round(F.get_json_object("fields", "$.duration_ms").cast("double")).cast("long").alias("duration_ms"),
         F.coalesce(F.get_json_object("fields", "$.changed"), F.get_json_object("fields", "$.changed_queues")).alias("changed"),
         F.get_json_object("fields", "$.reason").alias("reason"),
     )

@@ -39,46 +39,59 @@ DEFAULT_STOP_AFTER_MS = 300_000
 def add_status(points, keys: list[str], window_ms: int = DEFAULT_WINDOW_MS,
                stop_after_ms: int = DEFAULT_STOP_AFTER_MS):
     """``points``: one row per queue and 10-s window with ``ws`` (window start, ms),
-    ``consumer_offset`` and ``lag`` of its last sample. Returns it with a ``status`` column."""
+    ``consumer_offset`` and ``lag`` of its last sample. Returns it with a ``status`` column.
+
+    Evaluated with O(1) work per point, all over one ordering per queue (one sort): the
+    points are unique per queue and ``ws``, so a window of ``k`` points is *full* when the
+    point ``k - 1`` rows back starts exactly ``(k - 1) * 10 s`` earlier, and "something
+    happened in the window" (a rewind, a lag decrease, a change of committed offset, a
+    zero lag) is "the last point where it happened (a running max of ``ws``) lies in the
+    window" - instead of sliding-frame aggregates that rescan the frame at every point."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     ordered = Window.partitionBy(*keys).orderBy("ws")
-    points = (points
-              .withColumn("_prev_co", F.lag("consumer_offset").over(ordered))
-              .withColumn("_prev_lag", F.lag("lag").over(ordered))
-              .withColumn("_rewind", ((F.col("consumer_offset") >= 0) & (F.col("_prev_co") >= 0)
-                                      & (F.col("consumer_offset") < F.col("_prev_co"))).cast("int"))
-              .withColumn("_lag_down", (F.col("lag") < F.col("_prev_lag")).cast("int")))
-
-    def frame(span_ms):
-        # rangeBetween over ws (ms): the points whose window starts in [ws - span, ws]
-        return ordered.rangeBetween(-span_ms, 0)
-
-    in_window = frame(window_ms - POINT_MS)
-    pairs = frame(window_ms - 2 * POINT_MS)
-    stop_range = frame(stop_after_ms - POINT_MS)
+    running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     full_points = window_ms // POINT_MS
     stop_points = stop_after_ms // POINT_MS
+    ws, co, lag = F.col("ws"), F.col("consumer_offset"), F.col("lag")
+    window_lo = ws - (window_ms - POINT_MS)        # first ws of the status window
+    pairs_lo = ws - (window_ms - 2 * POINT_MS)     # pairs end at ws >= this
+    stop_lo = ws - (stop_after_ms - POINT_MS)      # first ws of the stop window
 
-    n = F.count("*").over(in_window)
-    rewinds = F.sum(F.coalesce("_rewind", F.lit(0))).over(pairs)
-    lag_downs = F.sum(F.coalesce("_lag_down", F.lit(0))).over(pairs)
-    min_lag = F.min("lag").over(in_window)
-    co_min, co_max = F.min("consumer_offset").over(in_window), F.max("consumer_offset").over(in_window)
-    first_lag = F.min_by("lag", "ws").over(in_window)
-    stop_n = F.count("*").over(stop_range)
-    stop_co_min = F.min("consumer_offset").over(stop_range)
-    stop_co_max = F.max("consumer_offset").over(stop_range)
-    stop_min_lag = F.min("lag").over(stop_range)
+    def last_ws(flag):
+        return F.max(F.when(flag, ws)).over(running)
 
-    status = (F.when(rewinds > 0, "REWIND")
-              .when((min_lag == 0) | (n < 2), "OK")
-              .when((stop_n == stop_points) & (stop_co_min == stop_co_max) & (stop_min_lag > 0), "STOP")
-              .when((n == full_points) & (co_min == co_max), "STALL")
-              .when((n == full_points) & (lag_downs == 0) & (F.col("lag") > first_lag), "WARN")
+    prev_co, prev_lag = F.lag("consumer_offset").over(ordered), F.lag("lag").over(ordered)
+    points = (points
+              .withColumn("_prev_ws", F.lag("ws").over(ordered))
+              .withColumn("_first_ws", F.lag("ws", full_points - 1).over(ordered))
+              .withColumn("_first_lag", F.lag("lag", full_points - 1).over(ordered))
+              .withColumn("_stop_first_ws", F.lag("ws", stop_points - 1).over(ordered))
+              .withColumn("_rewind_ws", last_ws((co >= 0) & (prev_co >= 0) & (co < prev_co)))
+              .withColumn("_lag_down_ws", last_ws(lag < prev_lag))
+              .withColumn("_co_change_ws", last_ws(co != prev_co))
+              .withColumn("_zero_ws", last_ws(lag == 0)))
+
+    def none_since(col, lo):
+        """no point at or after ``lo`` had the event (``col`` = the last point that had it)"""
+        return F.col(col).isNull() | (F.col(col) < lo)
+
+    def none_after(col, lo):
+        return F.col(col).isNull() | (F.col(col) <= lo)
+
+    full = F.col("_first_ws") == window_lo
+    few = F.col("_prev_ws").isNull() | (F.col("_prev_ws") < window_lo)   # fewer than 2 points
+    status = (F.when(~none_since("_rewind_ws", pairs_lo), "REWIND")
+              .when(~none_since("_zero_ws", window_lo) | few, "OK")
+              .when((F.col("_stop_first_ws") == stop_lo) & none_after("_co_change_ws", stop_lo)
+                    & none_since("_zero_ws", stop_lo), "STOP")
+              .when(full & none_after("_co_change_ws", window_lo), "STALL")
+              .when(full & none_since("_lag_down_ws", pairs_lo) & (lag > F.col("_first_lag")), "WARN")
               .otherwise("OK"))
-    return points.withColumn("status", status).drop("_prev_co", "_prev_lag", "_rewind", "_lag_down")
+    return points.withColumn("status", status).drop(
+        "_prev_ws", "_first_ws", "_first_lag", "_stop_first_ws", "_rewind_ws", "_lag_down_ws", "_co_change_ws",
+        "_zero_ws")
 
 
 def worst(statuses) -> str:
