@@ -5,10 +5,15 @@ For (consumers, queues) in (4,16), (16,64), (64,256): start a broker of our own 
 loopback port, temp dir), start that many of our push consumers in this one process
 (one event loop, AVG, RocketMQ's default intervals: the periodic rebalance is 20 s, so
 what is measured is the notice-driven path), then repeatedly make one leave gracefully
-and one join. The clock starts when shutdown()/start() is called and stops at the first
+and one join. The clock starts when the group changes at the broker - when the leaver
+sends its NotifyClientTermination, when the joiner sends its first Heartbeat (the
+request that registers it) - not when shutdown()/start() is called: the leaver's own
+goodbye work before that (stopping its loops, persisting its offsets) and the joiner's
+channel set-up are not part of the group's convergence. It stops at the first
 ``assignment`` event after which every live consumer holds exactly what AVG gives it for
-the new member list (which implies every queue owned exactly once). Changes are spaced
-past RebalanceService's 1 s minInterval. Prints p50/p99/max per size.
+the new member list (which implies every queue owned exactly once); the check runs on
+those events only, no polling. Changes are spaced past RebalanceService's 1 s
+minInterval. Prints p50/p99/max per size.
 
     .venv/bin/python bench/rebalance_convergence.py [--changes 20] [--sizes 4x16,16x64,64x256]
 """
@@ -78,6 +83,18 @@ def consumer(addr: str, group: str, topic: str, cid: str, emitter) -> PushConsum
     return PushConsumer(group, topic, None, PushConsumerConfig(endpoints=addr, client_id=cid), emitter=emitter)
 
 
+def clock_on_call(client, method: str, box: dict) -> None:
+    """Record in ``box["t0"]`` when ``client.<method>`` is first called (the request that
+    changes the group is sent right after)."""
+    inner = getattr(client, method)
+
+    async def timed(*args, **kwargs):
+        box.setdefault("t0", time.perf_counter())
+        return await inner(*args, **kwargs)
+
+    setattr(client, method, timed)
+
+
 async def measure(addr: str, n: int, q: int, changes: int) -> dict:
     topic = f"Conv{q}"
     group = f"GID_CONV_{n}x{q}"
@@ -107,18 +124,20 @@ async def measure(addr: str, n: int, q: int, changes: int) -> dict:
         if i % 2 == 0:
             victim = live.pop(sorted(live)[(i * 7) % len(live)])
             waiter = conv.expect(live)
-            t0 = time.perf_counter()
+            box: dict = {}
+            clock_on_call(victim, "notify_termination", box)
             await victim.shutdown()
             kind = "leave"
         else:
             c = consumer(addr, group, topic, next_id(), emitter)
             live[c.client_id] = c
             waiter = conv.expect(live)
-            t0 = time.perf_counter()
+            box = {}
+            clock_on_call(c, "send_heartbeat", box)
             await c.start()
             kind = "join"
         t1 = await asyncio.wait_for(waiter, 60)
-        samples[kind].append((t1 - t0) * 1000)
+        samples[kind].append((t1 - box["t0"]) * 1000)
     for c in live.values():
         await c.shutdown()
     return {"setup_s": setup_s, **samples}

@@ -261,3 +261,54 @@ async def test_rebalance_service_runs_on_wakeup():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_removed_queue_offset_sent_only_when_the_broker_lacks_it():
+    from consumers_app.client import PushConsumer
+
+    conn = FakeConnection()
+    c = PushConsumer("G", "T", config=PushConsumerConfig(endpoints="unused:0"))
+    c.offset_store = RemoteBrokerOffsetStore("G", conn)
+    q0, q1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
+    c.offset_store.update_offset(q0, 10, False)
+    c.offset_store.mark_persisted(q0, 10)  # e.g. read from the broker, or piggy-backed on a pull
+    c.offset_store.update_offset(q1, 7, False)  # consumed since the last persist
+    for mq in (q0, q1):
+        assert await c.remove_unnecessary(mq, ProcessQueue()) is True
+        assert mq not in c.offset_store.table
+    await asyncio.gather(*list(c._tasks))
+    assert conn.updates == [(1, 7)]  # the dirty one only, even though the table forgot both
+
+
+async def test_rebalance_follows_route_changes_with_its_sorted_cache():
+    queues = [MessageQueue("T", "b", i) for i in range(6)]
+    c = FakeConsumer("c1", ["c1", "c2"], queues)
+    impl = RebalanceImpl(c)
+    await impl.do_rebalance("start")
+    assert impl.assignments == queues[:3]
+    c.topic_queues = {"T": queues + [MessageQueue("T", "b", 6), MessageQueue("T", "b", 7)]}  # route grew
+    await impl.do_rebalance("route")
+    assert impl.assignments == [MessageQueue("T", "b", i) for i in range(4)]
+    c.topic_queues["T"].pop()  # even edited in place
+    c.topic_queues["T"].pop()
+    c._members = ["c0", "c1", "c2"]
+    await impl.do_rebalance("joined")
+    assert impl.assignments == queues[2:4]
+
+
+async def test_fetch_offsets_decodes_only_the_asked_queues():
+    class Lab:
+        async def GetQueueOffsets(self, req, metadata=None, timeout=None):
+            resp = lab.QueueOffsetsResponse(status=lab.Status(code=20000))
+            for i in range(8):
+                resp.queues.add(queue=lab.QueueRef(topic="T", broker_name="b", queue_id=i),
+                                committed_offset=i * 10 - 1 if i else -1, min_offset=0, max_offset=100 + i)
+            return resp
+
+    conn = types.SimpleNamespace(lab=Lab(), metadata=())
+    store = RemoteBrokerOffsetStore("G", conn)
+    q = [MessageQueue("T", "b", i) for i in range(8)]
+    everything = await store.fetch_offsets("T")
+    assert len(everything) == 8 and everything[q[3]] == (29, 0, 103)
+    some = await store.fetch_offsets("T", [q[0], q[3], MessageQueue("T", "other", 3)])
+    assert some == {q[0]: (-1, 0, 100), q[3]: (29, 0, 103)}

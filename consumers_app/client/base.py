@@ -168,8 +168,10 @@ class ConsumerBase:
     async def refresh_routes(self) -> bool:
         """updateTopicSubscribeInfo: returns True when some topic's queue set changed."""
         changed = False
-        for topic in list(self.subscriptions):
-            queues = await self.query_route(topic)
+        topics = list(self.subscriptions)
+        # One round trip for all of them (the topic and its %RETRY%), not one per topic.
+        answers = await asyncio.gather(*(self.query_route(topic) for topic in topics))
+        for topic, queues in zip(topics, answers):
             if queues is None:
                 if self.topic_queues.pop(topic, None) is not None:
                     changed = True

@@ -73,17 +73,30 @@ class RemoteBrokerOffsetStore(OffsetStore):
     async def load(self) -> None:  # nothing local to load
         return None
 
-    async def fetch_offsets(self, topic: str) -> dict[MessageQueue, tuple[int, int, int]]:
-        """One call for every queue of a topic: mq -> (committed or -1, min, max)."""
+    async def fetch_offsets(self, topic: str, mqs=None) -> dict[MessageQueue, tuple[int, int, int]]:
+        """One call for every queue of a topic: mq -> (committed or -1, min, max).
+
+        With ``mqs`` only those queues' rows are decoded (the answer covers the whole
+        topic; a rebalance wants a few of its 256 rows).
+        """
         resp = await self.connection.lab.GetQueueOffsets(
             lab.QueueOffsetsRequest(topic=topic, group=self.group),
             metadata=self.connection.metadata, timeout=self.timeout_s)
         check(resp.status)
-        return {
-            MessageQueue(q.queue.topic, q.queue.broker_name, q.queue.queue_id):
-                (q.committed_offset, q.min_offset, q.max_offset)
-            for q in resp.queues
-        }
+        if mqs is None:
+            return {
+                MessageQueue(q.queue.topic, q.queue.broker_name, q.queue.queue_id):
+                    (q.committed_offset, q.min_offset, q.max_offset)
+                for q in resp.queues
+            }
+        wanted = {(mq.broker_name, mq.queue_id): mq for mq in mqs if mq.topic == topic}
+        out = {}
+        for q in resp.queues:
+            ref = q.queue
+            mq = wanted.get((ref.broker_name, ref.queue_id))
+            if mq is not None and ref.topic == topic:
+                out[mq] = (q.committed_offset, q.min_offset, q.max_offset)
+        return out
 
     async def read_offset(self, mq: MessageQueue, how: ReadOffsetType = ReadOffsetType.STORE) -> int:
         if how in (ReadOffsetType.MEMORY, ReadOffsetType.MEMORY_FIRST_THEN_STORE):
@@ -185,5 +198,5 @@ class LocalFileOffsetStore(OffsetStore):
         # Broadcasting keeps its file entry: the queue is still ours next time.
         self.table.pop(mq, None)
 
-    async def fetch_offsets(self, topic: str):
+    async def fetch_offsets(self, topic: str, mqs=None):
         return {}

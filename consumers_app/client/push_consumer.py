@@ -100,10 +100,13 @@ class PushConsumer(ConsumerBase):
             self.consume_service = OrderlyConsumeService(self, self.executor)
         else:
             self.consume_service = ConcurrentlyConsumeService(self)
-        # As DefaultMQPushConsumerImpl.start: register with the broker (heartbeat), learn
-        # the routes, then rebalance at once.
-        await self.send_heartbeat()
+        # As DefaultMQPushConsumerImpl.start: learn the routes
+        # (updateTopicSubscribeInfoWhenSubscriptionChanged), register with the broker
+        # (sendHeartbeatToAllBrokerWithLock), then rebalance at once. Routes first: once
+        # the heartbeat has told the group we are here, the others drop the queues that
+        # become ours, and we can take them without another round trip.
         await self.refresh_routes()
+        await self.send_heartbeat()
         self.state = "running"
         self.spawn(self.pull_service.run(), "pull-service")
         self.spawn(self.rebalance_service.run(), "rebalance-service")
@@ -207,8 +210,12 @@ class PushConsumer(ConsumerBase):
         """RebalancePushImpl.removeUnnecessaryMessageQueue: persist, forget, unlock."""
         self.pull_requests.pop(mq, None)
         # RemoteBrokerOffsetStore.persist sends the offset one-way: the rebalance does
-        # not wait for the broker's answer.
-        self.spawn(self._persist_quietly(mq, self.offset_store.table.get(mq, -1)))
+        # not wait for the broker's answer. Whether the broker already has exactly this
+        # offset is decided now, before remove_offset forgets what was persisted (asked
+        # later, every removed queue would be sent again: one call per moved queue).
+        offset = self.offset_store.table.get(mq, -1)
+        if offset >= 0 and not self.offset_store.is_persisted(mq, offset):
+            self.spawn(self._persist_quietly(mq, offset))
         self.offset_store.remove_offset(mq)
         self._last_pq.pop(mq, None)
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
@@ -230,7 +237,7 @@ class PushConsumer(ConsumerBase):
         return True
 
     async def _persist_quietly(self, mq, offset: int) -> None:
-        if offset < 0 or self.offset_store.is_persisted(mq, offset):
+        if offset < 0:
             return
         try:
             await self.offset_store.send_offset(mq, offset)

@@ -45,11 +45,33 @@ def allocate(strategy, group: str, client_id: str, mq_set, cid_all) -> list[Mess
     Same order as ``allocate.sort_for_allocation``; a key sort computes each element's
     Java-order key once instead of twice per comparison (it matters at 64 x 256).
     """
-    mq_all = sorted(mq_set, key=mq_sort_key)
-    cids = sorted(cid_all, key=java_key)
+    return allocate_sorted(strategy, group, client_id,
+                           sorted(mq_set, key=mq_sort_key), sorted(cid_all, key=java_key))
+
+
+def allocate_sorted(strategy, group: str, client_id: str, mq_all, cids) -> list[MessageQueue]:
+    """``allocate`` on lists already sorted as Java sorts them (each call gets its own copies)."""
     if not mq_all or not cids:
         return []
-    return list(strategy.allocate(group, client_id, mq_all, cids) or [])
+    return list(strategy.allocate(group, client_id, list(mq_all), list(cids)) or [])
+
+
+class _SortedCache:
+    """The last sorted copy of one input: the queue set of a topic only changes with its
+    route, the member list only on a membership change, so a rebalance after a notice
+    re-sorts 64 ids but not 256 queues (x 64 consumers in one worker)."""
+
+    __slots__ = ("_key", "_sorted")
+
+    def __init__(self):
+        self._key = self._sorted = None
+
+    def get(self, items, key_fn) -> list:
+        key = tuple(items)  # compared element by element (identical objects: pointer checks)
+        if key != self._key:
+            self._sorted = sorted(key, key=key_fn)
+            self._key = key
+        return self._sorted
 
 
 class RebalanceService:
@@ -105,6 +127,8 @@ class RebalanceImpl:
         self.strategy = get_strategy(strategy_name, **strategy_options)
         self.process_queue_table: dict[MessageQueue, object] = {}
         self._lock = asyncio.Lock()  # one rebalance at a time per consumer
+        self._sorted_mqs: dict[str, _SortedCache] = {}
+        self._sorted_cids = _SortedCache()
         self.last_reason = "start"
 
     def set_strategy(self, name: str, **options) -> None:
@@ -157,7 +181,9 @@ class RebalanceImpl:
         if mq_set is None or cid_all is None:
             # No route yet (e.g. %RETRY% before the first send-back): nothing to do.
             return True, [], []
-        mine = allocate(self.strategy, c.group, c.client_id, mq_set, cid_all)
+        mq_all = self._sorted_mqs.setdefault(topic, _SortedCache()).get(mq_set, mq_sort_key)
+        cids = self._sorted_cids.get(cid_all, java_key)
+        mine = allocate_sorted(self.strategy, c.group, c.client_id, mq_all, cids)
         return await self._update_table(topic, set(mine), mq_set)
 
     async def _update_table(self, topic: str, mine: set, mq_all=None):

@@ -69,7 +69,7 @@ async def compute_pull_from_where(consumer, topic: str, mqs) -> dict:
 
     if len(mqs) >= 3 and hasattr(store, "fetch_offsets"):
         try:
-            table = await store.fetch_offsets(topic)  # mq -> (committed, min, max); {} for local files
+            table = await store.fetch_offsets(topic, mqs)  # mq -> (committed, min, max); {} for local files
         except Exception as exc:  # noqa: BLE001
             log.warning("%s: offsets of %s: %s", consumer.client_id, topic, exc)
             table = None
