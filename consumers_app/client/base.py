@@ -129,6 +129,60 @@ class ConsumerBase:
     def running(self) -> bool:
         return self.state == "running"
 
+    # ------------------------------------------------------------------ lifecycle (template)
+
+    async def shutdown(self) -> None:
+        """Graceful: stop working, persist, say goodbye (the group rebalances at once), close."""
+        if self.state != "running":
+            return
+        self.state = "stopping"
+        await self._stop_work()
+        await self._persist_on_shutdown()
+        await self.notify_termination()
+        self._forget_assignments()
+        self.emit_assignment("shutdown")
+        await self.connection.close()
+        self.state = "stopped"
+
+    async def abort(self) -> None:
+        """Die without goodbye: no persist, no termination notice; the broker must expire us."""
+        if self.state not in ("running", "stopping"):
+            return
+        self.state = "aborted"
+        await self._stop_work()
+        self._forget_assignments()
+        self.emit("fault", fault="kill")
+        await self.connection.close()
+
+    async def _stop_work(self) -> None:
+        """Shared first step of shutdown and abort: end every loop, let consume threads
+        go, stop the consume pool. Push overrides it to also stop pulling and drop its
+        process queues in between."""
+        await self._cancel_tasks()
+        self._release_threads()
+        self._stop_consume_pool()
+
+    def _stop_consume_pool(self) -> None:
+        """Each mode runs its listener on its own pool; stop it without waiting."""
+
+    async def _persist_on_shutdown(self) -> None:
+        """Graceful shutdown only, before the termination notice: keep what was consumed
+        so the next owner starts there. Default: nothing to persist (POP acks as it goes)."""
+
+    def _forget_assignments(self) -> None:
+        """Drop every queue we held, so the final ``assignment`` event and snapshot() are empty."""
+
+    def emit_assignment(self, reason: str) -> None:
+        """``assignment`` event: what this consumer holds now; each mode says what it holds."""
+        raise NotImplementedError
+
+    async def _rebalance(self) -> bool:
+        """RebalanceService's callback for the modes with a client-side rebalance (push,
+        lite pull): nothing to do once no longer running."""
+        if not self.running:
+            return True
+        return await self.rebalance_impl.do_rebalance()
+
     # ------------------------------------------------------------------ broker calls
 
     def _timeout(self) -> float:

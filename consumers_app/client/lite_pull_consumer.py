@@ -163,14 +163,15 @@ class LitePullConsumer(ConsumerBase):
             self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"lite-{self.client_id}")
             self.spawn(self._consume_loop(), "poll-loop")
 
-    async def shutdown(self) -> None:
-        if self.state != "running":
-            return
-        self.state = "stopping"
-        await self._cancel_tasks()
-        self._release_threads()
+    def _stop_consume_pool(self) -> None:
+        """The lab's poll loop runs the listener on its own one-thread executor (if any)."""
         if self.executor:
             self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _persist_on_shutdown(self) -> None:
+        """Auto-commit what poll() handed out, then persist the assigned queues' offsets
+        so the next owner starts there. The queues are dropped only after commit_all,
+        which skips dropped queues."""
         if self.config.auto_commit:
             self.commit_all()
         owned = list(self.assigned)
@@ -180,34 +181,15 @@ class LitePullConsumer(ConsumerBase):
             await self.offset_store.persist_all(owned)
         except Exception as exc:  # noqa: BLE001
             log.warning("%s: persist on shutdown: %s", self.client_id, exc)
-        await self.notify_termination()
-        self.assigned.clear()
-        self.rebalance_impl.process_queue_table.clear()
-        self.emit_assignment("shutdown")
-        await self.connection.close()
-        self.state = "stopped"
 
-    async def abort(self) -> None:
-        if self.state not in ("running", "stopping"):
-            return
-        self.state = "aborted"
-        await self._cancel_tasks()
-        self._release_threads()
-        if self.executor:
-            self.executor.shutdown(wait=False, cancel_futures=True)
+    def _forget_assignments(self) -> None:
+        """Drop the assigned queues (already dropped on a graceful shutdown) and forget them."""
         for aq in self.assigned.values():
             aq.pq.dropped = True
         self.assigned.clear()
         self.rebalance_impl.process_queue_table.clear()
-        self.emit("fault", fault="kill")
-        await self.connection.close()
 
     # ------------------------------------------------------------------ rebalance hooks
-
-    async def _rebalance(self) -> bool:
-        if not self.running:
-            return True
-        return await self.rebalance_impl.do_rebalance()
 
     def on_membership_changed(self, change) -> None:
         self.rebalance_impl.last_reason = change.reason or "membership"

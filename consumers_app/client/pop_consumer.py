@@ -80,30 +80,15 @@ class PopConsumer(ConsumerBase):
         self.spawn(self._consume_event_loop(), "consume-events")
         self.spawn(self._pq_event_loop(), "pq-events")
 
-    async def shutdown(self) -> None:
-        """Graceful: stop receiving; un-acked messages return after their invisible time."""
-        if self.state != "running":
-            return
-        self.state = "stopping"
-        await self._cancel_tasks()
-        self._release_threads()
-        self.pool.shutdown()
-        await self.notify_termination()
-        self.assignments_mq = []
-        self.emit_assignment("shutdown")
-        await self.connection.close()
-        self.state = "stopped"
+    # shutdown(): nothing to persist - un-acked messages return after their invisible time.
 
-    async def abort(self) -> None:
-        if self.state not in ("running", "stopping"):
-            return
-        self.state = "aborted"
-        await self._cancel_tasks()
-        self._release_threads()
+    def _stop_consume_pool(self) -> None:
+        """The consume pool runs the listener; received, un-acked messages are left to revive."""
         self.pool.shutdown()
+
+    def _forget_assignments(self) -> None:
+        """The broker's assignments are what we hold."""
         self.assignments_mq = []
-        self.emit("fault", fault="kill")
-        await self.connection.close()
 
     def set_strategy(self, name: str, **options) -> None:
         """POP has no client-side allocation: the broker hands every member every queue."""

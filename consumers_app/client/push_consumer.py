@@ -122,18 +122,24 @@ class PushConsumer(ConsumerBase):
         self.rebalance_impl.last_reason = "start"
         self.rebalance_service.wakeup()
 
-    async def shutdown(self) -> None:
-        """Graceful: stop pulling, persist offsets, unlock, say goodbye, close."""
-        if self.state != "running":
-            return
-        self.state = "stopping"
+    async def _stop_work(self) -> None:
+        """Stop pulling first (no PullRequest is re-queued), and mark our process queues
+        dropped before the consume threads are let go, so late results are ignored."""
         self.pull_service.stop()
         await self._cancel_tasks()
-        owned = list(self.rebalance_impl.process_queue_table)
         for pq in self.rebalance_impl.process_queue_table.values():
             pq.dropped = True
         self._release_threads()
+        self._stop_consume_pool()
+
+    def _stop_consume_pool(self) -> None:
+        """The consume service owns the listener's threads."""
         self.consume_service.shutdown()
+
+    async def _persist_on_shutdown(self) -> None:
+        """Persist the owned queues' offsets, then (orderly clustering) unlock them, so
+        the next owner starts where we stopped and need not wait for our locks to expire."""
+        owned = list(self.rebalance_impl.process_queue_table)
         try:
             await self.offset_store.persist_all(owned)
             self._emit_offsets(owned)
@@ -141,33 +147,12 @@ class PushConsumer(ConsumerBase):
             log.warning("%s: persisting offsets on shutdown failed: %s", self.client_id, exc)
         if self.orderly and self.message_model is MessageModel.CLUSTERING and owned:
             await self._unlock(owned)
-        await self.notify_termination()
-        self.rebalance_impl.process_queue_table.clear()
-        self.emit_assignment("shutdown")
-        await self.connection.close()
-        self.state = "stopped"
 
-    async def abort(self) -> None:
-        """Die without goodbye: no offset persist, no termination notice, no unlock."""
-        if self.state not in ("running", "stopping"):
-            return
-        self.state = "aborted"
-        self.pull_service.stop()
-        await self._cancel_tasks()
-        for pq in self.rebalance_impl.process_queue_table.values():
-            pq.dropped = True
-        self._release_threads()
-        self.consume_service.shutdown()
+    def _forget_assignments(self) -> None:
+        """The process queues are what we hold."""
         self.rebalance_impl.process_queue_table.clear()
-        self.emit("fault", fault="kill")
-        await self.connection.close()
 
     # ------------------------------------------------------------------ rebalance hooks
-
-    async def _rebalance(self) -> bool:
-        if not self.running:
-            return True
-        return await self.rebalance_impl.do_rebalance()
 
     def rebalance_now(self, reason: str) -> None:
         self.rebalance_impl.last_reason = reason
