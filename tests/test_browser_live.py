@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import threading
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright

@@ -26,8 +26,9 @@ import grpc
 from .. import events
 from ..message_queue import MessageQueue
 from ..protocol import lab, v2, v2_service
-from .config import ConsumeResult
+from .config import ConsumeResult, MessageModel
 from .connection import Connection, check, new_client_id, resource
+from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,18 @@ class ConsumerBase:
         return self.state == "running"
 
     # ------------------------------------------------------------------ lifecycle (template)
+
+    async def _connect_with_offset_store(self) -> None:
+        """Open the broker connection and the offset store of the message model:
+        the broker keeps a clustering group's offsets, a broadcasting consumer keeps
+        its own in a local file (RocketMQ's RemoteBrokerOffsetStore / LocalFileOffsetStore)."""
+        cfg = self.config
+        self.connection = Connection(cfg.endpoints, self.client_id)
+        if self.message_model is MessageModel.CLUSTERING:
+            self.offset_store = RemoteBrokerOffsetStore(self.group, self.connection, cfg.rpc_timeout_ms / 1000)
+        else:
+            self.offset_store = LocalFileOffsetStore(self.group, self.client_id, cfg.offset_store_dir)
+        await self.offset_store.load()
 
     async def shutdown(self) -> None:
         """Graceful: stop working, persist, say goodbye (the group rebalances at once), close."""

@@ -29,10 +29,10 @@ from ..message_queue import MessageQueue
 from ..protocol import lab, v2
 from .base import ConsumerBase
 from .config import ConsumeResult, LitePullConsumerConfig, MessageModel
-from .connection import Connection, check, queue_ref
+from .connection import check, queue_ref
 from .flow_control import check_lite
 from .message import MessageExt
-from .offset_store import LocalFileOffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
+from .offset_store import ReadOffsetType
 from .process_queue import ProcessQueue
 from .rebalance import RebalanceImpl, RebalanceService
 from .start_offset import compute_pull_from_where
@@ -136,12 +136,7 @@ class LitePullConsumer(ConsumerBase):
         if self.state != "created":
             raise RuntimeError(f"consumer is {self.state}")
         cfg = self.config
-        self.connection = Connection(cfg.endpoints, self.client_id)
-        if self.message_model is MessageModel.CLUSTERING:
-            self.offset_store = RemoteBrokerOffsetStore(self.group, self.connection, cfg.rpc_timeout_ms / 1000)
-        else:
-            self.offset_store = LocalFileOffsetStore(self.group, self.client_id, cfg.offset_store_dir)
-        await self.offset_store.load()
+        await self._connect_with_offset_store()
         await self.send_heartbeat()
         self.state = "running"
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000

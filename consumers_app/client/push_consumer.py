@@ -26,11 +26,10 @@ from ..message_queue import MessageQueue
 from ..protocol import lab
 from .base import ConsumerBase, retry_topic
 from .config import MessageModel, PushConsumerConfig
-from .connection import Connection, check, queue_ref
+from .connection import check, queue_ref
 from .consume_service import ConcurrentlyConsumeService, OrderlyConsumeService
 from .flow_control import check_push, per_queue_threshold
 from .message import MessageExt
-from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from .process_queue import ProcessQueue
 from .pull_service import PullMessageService, PullRequest
 from .rebalance import RebalanceImpl, RebalanceService
@@ -89,12 +88,7 @@ class PushConsumer(ConsumerBase):
         if self.state != "created":
             raise RuntimeError(f"consumer is {self.state}")
         cfg = self.config
-        self.connection = Connection(cfg.endpoints, self.client_id)
-        if self.message_model is MessageModel.CLUSTERING:
-            self.offset_store = RemoteBrokerOffsetStore(self.group, self.connection, cfg.rpc_timeout_ms / 1000)
-        else:
-            self.offset_store = LocalFileOffsetStore(self.group, self.client_id, cfg.offset_store_dir)
-        await self.offset_store.load()
+        await self._connect_with_offset_store()
         if self.orderly:
             self.executor = ThreadPoolExecutor(cfg.consume_thread_max, thread_name_prefix=f"consume-{self.client_id}")
             self.consume_service = OrderlyConsumeService(self, self.executor)
