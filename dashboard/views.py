@@ -9,13 +9,25 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from consumers_app.allocate import STRATEGY_NAMES
+from consumers_app.lab import bus
 
 from .api import MODES
 from .auth import redeem_login_token
 
 
-def healthz(request):
-    return JsonResponse({"ok": True})
+HEALTH_TIMEOUT_S = 2.0
+
+
+async def healthz(request):
+    """200 while the lab controller answers and its broker process is up; 503 with the
+    reason otherwise (a supervisor or load balancer acts on the status alone)."""
+    try:
+        health = await bus.request("health", timeout=HEALTH_TIMEOUT_S)
+    except bus.LabUnavailable as exc:
+        return JsonResponse({"ok": False, "error": str(exc)}, status=503)
+    except bus.LabError as exc:   # a controller that predates the health action
+        return JsonResponse({"ok": False, "error": str(exc)}, status=503)
+    return JsonResponse(health, status=200 if health.get("ok") else 503)
 
 
 def readable(view):

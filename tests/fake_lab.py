@@ -35,6 +35,7 @@ class FakeLab:
         for _ in range(consumers):
             self._add("GID_LAB")
         self.requests: list[tuple[str, dict]] = []
+        self.broker_process = {"up": True, "restarts": 0, "managed": True}
 
     # -- model -------------------------------------------------------------------
 
@@ -78,7 +79,7 @@ class FakeLab:
                             "membership_log": [e for e in self.log if e["group"] == name]}
         return {"type": "snapshot", "groups": groups, "topics": {TOPIC: self.labels()},
                 "brokers": {b: {"online": on} for b, on in self.brokers.items()},
-                "producers": {TOPIC: {"rate": self.rate}}}
+                "producers": {TOPIC: {"rate": self.rate}}, "broker_process": dict(self.broker_process)}
 
     # -- requests (bus.serve handler) -----------------------------------------------
 
@@ -105,6 +106,9 @@ class FakeLab:
 
     def do_state(self, events):
         return self.snapshot()
+
+    def do_health(self, events):
+        return {"ok": self.broker_process["up"], "broker_process": dict(self.broker_process)}
 
     def do_set_strategy(self, events, group, strategy):
         if strategy not in STRATEGY_NAMES:

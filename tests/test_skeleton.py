@@ -14,5 +14,8 @@ def test_message_queue_orders_like_rocketmq():
     assert str(qs[0]) == "MessageQueue [topic=T, brokerName=broker-b, queueId=0]"
 
 
-def test_healthz(client):
-    assert client.get("/healthz").json() == {"ok": True}
+def test_healthz_without_a_controller_is_503_with_the_reason(client):
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["ok"] is False
+    assert "did not answer" in response.json()["error"]

@@ -1,6 +1,7 @@
 """The control API against a fake controller on the in-memory bus: every action, every bad input."""
 import asyncio
 import json
+import time
 
 import pytest
 from channels.layers import get_channel_layer
@@ -256,3 +257,26 @@ async def test_session_callers_need_the_csrf_token(lab, user):
     assert lab.requests == []
     accepted = await post(browser, "/api/consumers/c1/hang", None, X_CSRFToken=csrf)
     assert accepted.status_code == 200
+
+
+async def test_healthz_follows_the_broker_process(lab):
+    client = AsyncClient()   # no login: a load balancer asks it
+    response = await client.get("/healthz")
+    assert (response.status_code, response.json()["ok"]) == (200, True)
+    lab.broker_process.update(up=False, restarts=2, reason="the broker was killed by signal 9")
+    response = await client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["broker_process"]["restarts"] == 2
+
+
+async def test_a_change_whose_caller_gave_up_is_never_applied(lab):
+    """The bus drops a queued change once its caller's deadline passed (that caller got a 503)."""
+    layer = get_channel_layer()
+    reply_channel = await layer.new_channel()
+    await layer.send(bus.CONTROLLER_CHANNEL, {
+        "type": "lab.request", "action": "set_strategy", "params": {"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE"},
+        "reply_to": reply_channel, "deadline": time.time() - 1})
+    # A later request is answered, so the expired one was seen (and dropped) first.
+    await bus.request("set_mode", group="GID_LAB", mode="push")
+    assert actions(lab, "set_strategy") == []
+    assert lab.groups["GID_LAB"]["strategy"] == "AVG"

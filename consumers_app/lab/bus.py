@@ -20,8 +20,14 @@ Actions and their params (the controller validates them; see controller.py):
   producer_burst topic, count   -> snapshot
   queues        topic, delta, broker? -> snapshot
   broker        broker, online  -> snapshot
+  health                        -> {"ok": bool, "broker_process": {...}}
+
+Read-only actions (state, health) are answered at once; the others one at a time, in
+arrival order, so two changes never interleave. A request carries its caller's deadline:
+one still queued when its caller gave up (and answered 503) is dropped, never applied late.
 """
 import asyncio
+import time
 from typing import Awaitable, Callable
 
 from channels.layers import get_channel_layer
@@ -47,6 +53,7 @@ async def request(action: str, /, timeout: float = 15.0, **params) -> dict:
     reply_channel = await layer.new_channel()
     await layer.send(CONTROLLER_CHANNEL, {
         "type": "lab.request", "action": action, "params": params, "reply_to": reply_channel,
+        "deadline": time.time() + timeout,
     })
     try:
         reply = await asyncio.wait_for(layer.receive(reply_channel), timeout)
@@ -59,16 +66,20 @@ async def request(action: str, /, timeout: float = 15.0, **params) -> dict:
 
 Handler = Callable[[str, dict], Awaitable[dict]]
 
+READ_ONLY_ACTIONS = frozenset({"state", "health"})
+
 
 async def serve(handler: Handler) -> None:
     """Controller side: answer requests until cancelled.
 
-    ``handler(action, params)`` returns the result or raises LabError. Requests are
-    answered one at a time, in arrival order, so two actions never interleave.
+    ``handler(action, params)`` returns the result or raises LabError. Read-only actions
+    are answered as they arrive; changes go through one queue, so they never interleave,
+    and a change whose caller's deadline passed while it waited is dropped unapplied.
     """
     layer = get_channel_layer()
-    while True:
-        message = await layer.receive(CONTROLLER_CHANNEL)
+    changes: asyncio.Queue = asyncio.Queue()
+
+    async def answer(message) -> None:
         try:
             reply = {"result": await handler(message["action"], message.get("params") or {}), "error": None}
         except LabError as exc:
@@ -79,6 +90,30 @@ async def serve(handler: Handler) -> None:
             await layer.send(message["reply_to"], {"type": "lab.reply", **reply})
         except Exception:  # noqa: BLE001 - the requester went away; nothing to do
             pass
+
+    async def apply_changes() -> None:
+        while True:
+            message = await changes.get()
+            deadline = message.get("deadline")
+            if deadline is not None and time.time() >= deadline:
+                continue   # its caller already answered 503: applying it now would surprise them
+            await answer(message)
+
+    applier = asyncio.get_running_loop().create_task(apply_changes(), name="lab-changes")
+    readers: set[asyncio.Task] = set()
+    try:
+        while True:
+            message = await layer.receive(CONTROLLER_CHANNEL)
+            if message.get("action") in READ_ONLY_ACTIONS:
+                task = asyncio.get_running_loop().create_task(answer(message))
+                readers.add(task)
+                task.add_done_callback(readers.discard)
+            else:
+                changes.put_nowait(message)
+    finally:
+        applier.cancel()
+        for task in readers:
+            task.cancel()
 
 
 async def publish(events: list[dict]) -> None:

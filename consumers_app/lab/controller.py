@@ -53,7 +53,7 @@ SETTLE_TIMEOUT = 5.0      # how long an action waits for its effect before answe
 class LabController:
     def __init__(self, broker_address: str, *, pool_size: int = 2, client_options: dict | None = None,
                  adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
-                 recorder_root=None):
+                 recorder_root=None, replace_lost_workers: bool = True):
         self.broker_address = broker_address
         self.pool_size = pool_size
         # Extra constructor options per client kind ("push", "lite_pull", "pop", "producer"),
@@ -74,6 +74,10 @@ class LabController:
         self._snapshot_due = False
         self._recorder = None            # dashboard.lag.recorder.Recorder, when recording
         self._unrecorded: list[dict] = []
+        # A worker that dies is replaced and its consumers restarted under new ids, as an
+        # operator's process manager would; the old ids stay in the log as crashed.
+        self.replace_lost_workers = replace_lost_workers
+        self._replacing: set[asyncio.Task] = set()
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -95,7 +99,7 @@ class LabController:
         self._tasks.append(asyncio.create_task(bus.serve(self.handle), name="lab-requests"))
 
     async def stop(self) -> None:
-        tasks = [*self._tasks, *self._watchers.values()]
+        tasks = [*self._tasks, *self._watchers.values(), *self._replacing]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -141,16 +145,47 @@ class LabController:
             self._take(event)
 
     def _worker_lost(self, link: WorkerLink) -> None:
+        lost_groups, lost_rates = [], {}
         for host_id in [h for h, hosted in self._hosts.items() if hosted is link]:
             del self._hosts[host_id]
             client = self.state.clients.get(host_id)
             if client is not None and client.alive:
-                self.state.client_gone(host_id, "gone")
+                self.state.client_gone(host_id, "crashed")
                 self.emit("fault", client.group, host_id, fault="worker_lost", worker=link.worker_id)
+                lost_groups.append(client.group)
             for topic, producer in list(self.state.producers.items()):
                 if producer["producer_id"] == host_id:
                     del self.state.producers[topic]
+                    lost_rates[topic] = producer["rate"]
                     self.emit("fault", "", host_id, fault="worker_lost", worker=link.worker_id, topic=topic)
+        if self.replace_lost_workers and (lost_groups or lost_rates):
+            task = asyncio.get_running_loop().create_task(self._replace(link, lost_groups, lost_rates))
+            self._replacing.add(task)
+            task.add_done_callback(self._replacing.discard)
+
+    async def _replace(self, link: WorkerLink, groups: list[str], rates: dict[str, float]) -> None:
+        """Bring back what a dead worker hosted: a new worker (the pool refills on demand),
+        one new consumer per lost one in the same group, the producers at their rates."""
+        try:
+            for topic, rate in rates.items():
+                await self._set_producer_rate(topic, rate)
+            started = await asyncio.gather(*(self._start_consumer(g) for g in groups if g in self.state.groups))
+            for group in set(groups):
+                self.emit("fault", group, "", fault="worker_replaced", worker=link.worker_id,
+                          clients=[c for c in started if self.state.clients[c].group == group])
+            for group in set(groups):
+                await self._settle(group)
+        except Exception:  # noqa: BLE001 - the page shows the consumers as crashed; nothing else to do
+            log.exception("replacing worker %s failed", link.worker_id)
+
+    def broker_process_changed(self, status: dict) -> None:
+        """runlab's BrokerProcess went up or down: the snapshot and /healthz say so."""
+        was_up = self.state.broker_process.get("up", True)
+        self.state.broker_process = {"managed": True, **status}
+        self._snapshot_due = True
+        if was_up != status["up"]:
+            self.emit("broker", "", "", process="up" if status["up"] else "down",
+                      restarts=status["restarts"], reason=status.get("reason", ""))
 
     def _membership_changed(self, change) -> None:
         """One event per change, in the fields the consumers use for the notices they hear."""
@@ -271,6 +306,11 @@ class LabController:
 
     async def action_state(self) -> dict:
         return self.state.snapshot()
+
+    async def action_health(self) -> dict:
+        """/healthz: healthy while the broker process is up (always, when runlab does not manage it)."""
+        broker = self.state.broker_process
+        return {"ok": bool(broker.get("up", True)), "broker_process": broker}
 
     async def action_set_strategy(self, group, strategy, options=None) -> dict:
         name, options = self._valid_strategy(strategy, options)

@@ -35,11 +35,15 @@ def parse_client_options(items) -> dict:
 
 
 class LabRuntime:
+    """``broker``: a BrokerProcess that runlab supervises, started before the controller
+    and stopped after it (None when the broker is someone else's)."""
+
     def __init__(self, broker_address: str, *, scenario: bool, out, url: str | None = None,
-                 client_options: dict | None = None, pool_size: int = 2):
+                 client_options: dict | None = None, pool_size: int = 2, broker=None):
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
             recorder_root=settings.DATA_DIR / "recordings")
+        self.broker = broker
         self.scenario = scenario
         self.out = out
         self.url = url
@@ -49,6 +53,12 @@ class LabRuntime:
         self.out.flush()
 
     async def start(self) -> None:
+        if self.broker is not None:
+            self.say("starting broker…")
+            await self.broker.start()
+            self.broker.on_change = self.controller.broker_process_changed
+            self.controller.broker_process_changed(self.broker.status())
+            self.say("broker ready")
         self.say("starting workers…")
         await self.controller.start(DEFAULT if self.scenario else None)
         if self.scenario:
@@ -67,3 +77,5 @@ class LabRuntime:
     async def stop(self) -> None:
         self.say("stopping workers…")
         await self.controller.stop()
+        if self.broker is not None:   # last: the consumers have said goodbye and committed
+            await self.broker.stop()

@@ -77,6 +77,9 @@ class LabState:
         self.topics: dict[str, list[str]] = {}        # topic -> queue labels, sorted
         self.brokers: dict[str, bool] = {}            # broker name -> online
         self.producers: dict[str, dict] = {}          # topic -> {"rate": ..., "producer_id": ...}
+        # The broker process as runlab supervises it; a broker the lab did not start is
+        # reported up (its reachability shows in the offset polls).
+        self.broker_process: dict = {"up": True, "restarts": 0, "managed": False}
         self._pending: list[dict] = []
 
     # -- structure (the controller's own bookkeeping) -------------------------------
@@ -293,4 +296,5 @@ class LabState:
             "topics": {t: list(ls) for t, ls in self.topics.items()},
             "producers": {t: dict(p) for t, p in self.producers.items()},
             "brokers": {name: {"online": online} for name, online in sorted(self.brokers.items())},
+            "broker_process": dict(self.broker_process),
         }

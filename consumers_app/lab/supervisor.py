@@ -17,6 +17,7 @@ from typing import Callable
 import grpc
 from django.conf import settings
 
+from consumers_app.lab.lifeline import child_env
 from consumers_app.protocol import worker_pb2 as pb
 from consumers_app.protocol import worker_pb2_grpc as pb_grpc
 
@@ -136,9 +137,10 @@ class Supervisor(pb_grpc.WorkerHubServicer):
         if self.adapters:
             args += ["--adapters", self.adapters]
         # Its own session: a Ctrl-C on the lab reaches the controller, which stops the
-        # workers in order; a worker whose controller vanished exits by itself.
+        # workers in order; a worker whose controller vanished exits by itself, and one
+        # whose parent died (even SIGKILLed) follows it (lifeline).
         process = self.processes[worker_id] = await asyncio.create_subprocess_exec(
-            *args, cwd=settings.BASE_DIR, start_new_session=True)
+            *args, cwd=settings.BASE_DIR, start_new_session=True, env=child_env())
         exited = asyncio.create_task(process.wait())
         try:
             done, _ = await asyncio.wait([hello, exited], timeout=WORKER_START_TIMEOUT,

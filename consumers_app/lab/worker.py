@@ -25,6 +25,7 @@ from collections import deque
 import grpc
 
 from consumers_app.events import emitter
+from consumers_app.lab.lifeline import die_with_parent
 from consumers_app.protocol import worker_pb2 as pb
 from consumers_app.protocol import worker_pb2_grpc as pb_grpc
 
@@ -197,6 +198,7 @@ class Worker:
 
 
 def run(controller_address: str, worker_id: str, adapters: str = "consumers_app.lab.clients") -> None:
+    die_with_parent()   # a worker never outlives the lab that started it, even a SIGKILLed one
     asyncio.run(Worker(worker_id, adapters).run(controller_address))
 
 

@@ -104,7 +104,21 @@
     if (snap.topics) lab.topics = snap.topics;
     if (snap.brokers) lab.brokers = snap.brokers;
     if (snap.producers) lab.producers = snap.producers;
+    if (snap.broker_process) showBrokerProcess(snap.broker_process);
     scheduleRender();
+  }
+
+  // runlab restarts a broker that died; while it is down the page says so (and why).
+  function showBrokerProcess(bp) {
+    const banner = document.getElementById("broker-down");
+    if (!banner) return;
+    banner.hidden = bp.up !== false;
+    if (bp.up === false) {
+      const restarts = bp.restarts ? ` (restarted ${bp.restarts} time${bp.restarts === 1 ? "" : "s"} so far)` : "";
+      banner.textContent = bp.gave_up
+        ? `The broker is down and stays down: ${bp.reason}${restarts}.`
+        : `The broker is down: ${bp.reason || "it exited"}; restarting…${restarts}`;
+    }
   }
 
   function queuesOf(g) {
@@ -238,6 +252,7 @@
         logEvent(e);
         if (e.topic && e.queues) lab.topics[e.topic] = [...e.queues];
         if (e.broker && "online" in e) lab.brokers[e.broker] = { online: !!e.online };
+        if (e.process) showBrokerProcess({ up: e.process === "up", restarts: e.restarts, reason: e.reason });
         break;
       default:
         break;
@@ -513,7 +528,9 @@
           e.strategy ? e.strategy : ""].filter(Boolean).join(" ");
         return `${e.client_id || e.topic || ""} ${e.fault}${detail ? ` ${detail}` : ""}`;
       }
-      case "broker": return `broker ${e.broker || ""} ${e.change || (e.online ? "online" : "offline")}${e.delta ? ` ${e.delta > 0 ? "+" : ""}${e.delta} queue(s)` : ""}`;
+      case "broker":
+        if (e.process) return `broker process ${e.process}${e.reason ? `: ${e.reason}` : ""}${e.restarts ? ` (restarts: ${e.restarts})` : ""}`;
+        return `broker ${e.broker || ""} ${e.change || (e.online ? "online" : "offline")}${e.delta ? ` ${e.delta > 0 ? "+" : ""}${e.delta} queue(s)` : ""}`;
       default: return e.type;
     }
   }

@@ -73,6 +73,8 @@ class Command(BaseCommand):
             segment_size=o["segment_size"], lock_expiry_ms=o["lock_expiry_ms"],
         )
         from consumers_app.broker.server import run
+        from consumers_app.lab.lifeline import die_with_parent
+        die_with_parent()   # started by runlab: never outlive it (SIGTERM persists offsets)
         try:
             code = run(cfg)
         except (OSError, ValueError) as e:
