@@ -4,14 +4,17 @@ Every view checks the *shape* of its input (JSON object, field names and types,
 ranges) and hands the action to the lab controller over the bus; the controller
 decides whether it makes sense (unknown group, last queue, ...) and answers with the
 new state or a `LabError`. Errors are `{"error": "reason"}`: 400 bad input (nothing
-changed), 401 not authenticated, 403 CSRF, 404 unknown action, 503 no controller.
+changed), 401 not authenticated, 403 CSRF, 404 unknown action, 429 too many control
+requests (Retry-After; dashboard/throttle.py), 503 no controller or it is busy
+(Retry-After). A 429 or 503 means nothing was or will be applied.
 
 Callers authenticate with the page's session (and then need the CSRF token, as any
 form would) or with `Authorization: Token <api token>` (no cookie, so no CSRF).
 """
 import json
+import logging
 import math
-from functools import wraps
+from functools import lru_cache, wraps
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -23,6 +26,9 @@ from consumers_app.allocate import STRATEGY_NAMES
 from consumers_app.lab import bus
 
 from .auth import user_for_api_token
+from .throttle import Limiter
+
+log = logging.getLogger(__name__)
 
 MODES = ("push", "lite_pull", "pop")
 CONSUMER_ACTIONS = ("stop", "kill", "hang", "resume", "slow", "fail")
@@ -32,8 +38,31 @@ class BadRequest(Exception):
     """Input of the wrong shape: answered 400 before the controller sees it."""
 
 
-def error(status: int, message: str) -> JsonResponse:
-    return JsonResponse({"error": message}, status=status)
+def error(status: int, message: str, retry_after: float | None = None) -> JsonResponse:
+    response = JsonResponse({"error": message}, status=status)
+    if retry_after is not None:
+        response["Retry-After"] = str(max(1, math.ceil(retry_after)))
+    return response
+
+
+class TooManyRequests(Exception):
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@lru_cache(maxsize=None)
+def _limiter(rate: float, capacity: float) -> Limiter:
+    return Limiter(rate, capacity)
+
+
+def control_limiter() -> Limiter:
+    return _limiter(settings.LAB_CONTROL_RATE, settings.LAB_CONTROL_BURST)
+
+
+def burst_limiter() -> Limiter:
+    per_minute = settings.LAB_BURST_MESSAGES_PER_MINUTE
+    return _limiter(per_minute / 60, per_minute)
 
 
 # ---------------------------------------------------------------- authentication
@@ -43,28 +72,42 @@ def error(status: int, message: str) -> JsonResponse:
 _csrf_check = CsrfViewMiddleware(lambda request: None)
 
 
-async def _authenticate(request, *, write: bool) -> JsonResponse | None:
-    """None if the caller may go on, else the error response."""
+async def _authenticate(request, *, write: bool):
+    """(caller's user id or None for an anonymous reader, None) if the caller may go on,
+    else (None, the error response)."""
     header = request.headers.get("Authorization")
     if header is not None:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "token" or not token.strip():
-            return error(401, "the Authorization header must read 'Token <api token>'")
-        if await sync_to_async(user_for_api_token)(token.strip()) is None:
-            return error(401, "unknown API token (create one with: manage.py createtoken USERNAME)")
-        return None
+            return None, error(401, "the Authorization header must read 'Token <api token>'")
+        user = await sync_to_async(user_for_api_token)(token.strip())
+        if user is None:
+            return None, error(401, "unknown API token (create one with: manage.py createtoken USERNAME)")
+        return user.pk, None
     user = await request.auser()
     if not user.is_authenticated:
         if not write and settings.DASHBOARD_PUBLIC_READ:
-            return None
-        return error(401, "authentication required: log in, or send 'Authorization: Token <api token>'")
+            return None, None
+        return None, error(401, "authentication required: log in, or send 'Authorization: Token <api token>'")
     if write and _csrf_check.process_view(request, None, (), {}) is not None:
-        return error(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
-    return None
+        return None, error(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
+    return user.pk, None
+
+
+def _throttle(user_id) -> None:
+    """A control action spends one token of its user's bucket, or is refused (429)."""
+    wait = control_limiter().take(user_id)
+    if wait:
+        raise TooManyRequests(f"too many control requests: at most {settings.LAB_CONTROL_RATE:g} per second "
+                              f"(bursts of {settings.LAB_CONTROL_BURST}); nothing was changed", wait)
 
 
 def lab_view(method: str):
-    """Wrap an async view that returns the controller's answer into an authenticated JSON endpoint."""
+    """Wrap an async view that returns the controller's answer into an authenticated JSON endpoint.
+
+    Every answer is JSON: whatever goes wrong inside is a 4xx/503 with a reason, and an
+    unexpected failure a JSON 500 (logged), never Django's HTML error page.
+    """
     def decorate(view):
         @wraps(view)
         async def endpoint(request, *args, **kwargs):
@@ -72,17 +115,26 @@ def lab_view(method: str):
                 response = error(405, f"use {method}")
                 response["Allow"] = method
                 return response
-            denied = await _authenticate(request, write=method != "GET")
+            write = method != "GET"
+            user_id, denied = await _authenticate(request, write=write)
             if denied is not None:
                 return denied
+            request.lab_user_id = user_id
             try:
+                if write:
+                    _throttle(user_id)
                 return JsonResponse(await view(request, *args, **kwargs))
             except BadRequest as exc:
                 return error(400, str(exc))
             except bus.LabError as exc:
                 return error(400, str(exc))
+            except TooManyRequests as exc:
+                return error(429, str(exc), retry_after=exc.retry_after)
             except bus.LabUnavailable as exc:
-                return error(503, str(exc))
+                return error(503, str(exc), retry_after=1)
+            except Exception:  # noqa: BLE001 - a JSON answer, not an HTML page, whatever happened
+                log.exception("%s %s failed", request.method, request.path)
+                return error(500, "internal error (logged on the server)")
 
         endpoint.csrf_exempt = True
         return endpoint
@@ -91,32 +143,44 @@ def lab_view(method: str):
 
 # ---------------------------------------------------------------- input shape
 
+# Past this a number is not a rate or a count but an attack on float conversion (10**400).
+MAX_MAGNITUDE = 10**15
+
+
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_MAGNITUDE
 
 
 def _is_number(value) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    if isinstance(value, float):
+        return math.isfinite(value) and abs(value) <= MAX_MAGNITUDE
+    return _is_int(value)
 
 
 def _is_name(value) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
+MAX_BODY_BYTES = 64 * 1024   # every body of this API is a handful of fields
+
 _KINDS = {
     "name": (_is_name, "a non-empty string"),
-    "int": (_is_int, "an integer"),
-    "number": (_is_number, "a number"),
+    "int": (_is_int, "an integer (at most 10**15 in size)"),
+    "number": (_is_number, "a number (finite, at most 10**15 in size)"),
 }
 
 
 def body(request, required: dict[str, str] | None = None, optional: dict[str, str] | None = None) -> dict:
     """The request's JSON object, checked: field name -> kind ('name', 'int', 'number')."""
     required, optional = required or {}, optional or {}
+    if len(request.body) > MAX_BODY_BYTES:
+        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
     try:
         data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError):   # int digits past Python's limit are ValueErrors too
         raise BadRequest("the body is not valid JSON") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     unknown = sorted(set(data) - set(required) - set(optional))
@@ -192,6 +256,13 @@ async def producer_burst(request):
     data = body(request, {"topic": "name", "count": "int"})
     if data["count"] < 1:
         raise BadRequest("'count' must be >= 1")
+    if data["count"] > settings.LAB_BURST_MESSAGES_PER_MINUTE:
+        raise BadRequest(f"'count' must be at most {settings.LAB_BURST_MESSAGES_PER_MINUTE} "
+                         f"(the per-user burst budget a minute)")
+    wait = burst_limiter().take(request.lab_user_id, data["count"])
+    if wait:
+        raise TooManyRequests(f"burst budget used up: at most {settings.LAB_BURST_MESSAGES_PER_MINUTE} messages "
+                              f"a minute per user (keeps the broker's disk within its retention budget)", wait)
     return await bus.request("producer_burst", topic=data["topic"], count=data["count"])
 
 

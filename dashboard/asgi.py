@@ -16,12 +16,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from .routing import websocket_urlpatterns  # noqa: E402
-from .ws_auth import QueryTokenAuthMiddleware, ScriptFriendlyOriginValidator  # noqa: E402
+from .security import SameOriginWebsocketValidator  # noqa: E402
+from .ws_auth import QueryTokenAuthMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter({
     # Static files are served by the app itself so `make run` needs no web server in front.
     "http": ASGIStaticFilesHandler(django_asgi_app),
-    "websocket": ScriptFriendlyOriginValidator(
+    "websocket": SameOriginWebsocketValidator(
         AuthMiddlewareStack(QueryTokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
     ),
 })

@@ -25,6 +25,15 @@ MAX_UNACKED = 2_000
 # Close code when the controller does not answer: 1013 "try again later" would say it,
 # but daphne (autobahn) only sends 1000 or 3000-4999.
 LAB_UNAVAILABLE = 4503
+NO_SUCH_SOCKET = 4404
+
+
+class UnknownWebsocket(AsyncWebsocketConsumer):
+    """Any other websocket path: accepted only to say why it is closed at once."""
+
+    async def connect(self):
+        await self.accept()
+        await self.close(code=NO_SUCH_SOCKET, reason=f"no websocket at {self.scope['path']}; use /ws/lab/"[:120])
 
 
 class LabConsumer(AsyncWebsocketConsumer):
@@ -38,6 +47,7 @@ class LabConsumer(AsyncWebsocketConsumer):
         self.acked = None       # frames the page says it received; None: a script that never acks
         self.waiting_for_page = False
         self.skipped_stale = False
+        self.has_snapshot = False
         # Join before asking for the state, so no event falls between the two.
         await self.channel_layer.group_add(bus.EVENTS_GROUP, self.channel_name)
         await self.accept()
@@ -50,9 +60,13 @@ class LabConsumer(AsyncWebsocketConsumer):
         try:
             snapshot = await bus.request("state")
         except (bus.LabUnavailable, bus.LabError) as exc:
-            await self.close(code=LAB_UNAVAILABLE, reason=str(exc)[:100])
+            if not self.has_snapshot:   # nothing to show without a first state
+                await self.close(code=LAB_UNAVAILABLE, reason=str(exc)[:100])
+            else:                       # a busy moment: keep the page, catch up on the next batch
+                self.skipped_stale = True
             return False
         await self._send({**snapshot, "type": "snapshot"})
+        self.has_snapshot = True
         return True
 
     async def _send(self, frame: dict) -> None:

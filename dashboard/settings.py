@@ -56,6 +56,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "dashboard.security.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -82,6 +83,16 @@ DATABASES = {
     )
 }
 
+
+def _owner_only(path: Path) -> None:
+    """Users, sessions and token hashes live in the SQLite file: readable by its owner only."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)
+
+
+if DATABASES["default"]["ENGINE"].endswith("sqlite3") and DATABASES["default"]["NAME"] not in ("", ":memory:"):
+    _owner_only(Path(DATABASES["default"]["NAME"]))
+
 if os.environ.get("CHANNEL_LAYER_URL"):
     CHANNEL_LAYERS = {
         "default": {
@@ -96,7 +107,9 @@ if os.environ.get("CHANNEL_LAYER_URL"):
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # The same per-channel capacity as on Redis: 300 requests at once must queue, not overflow.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer",
+                                  "CONFIG": {"capacity": 1500}}}
 
 AUTH_PASSWORD_VALIDATORS = []
 LOGIN_URL = "/login/"
@@ -117,6 +130,13 @@ LAB_BROKER = os.environ.get("LAB_BROKER", "127.0.0.1:8081")
 LAB_BROKER_DATA_DIR = Path(os.environ.get("LAB_BROKER_DATA_DIR", DATA_DIR / "broker"))
 # Pages readable without login (control always needs a user).
 DASHBOARD_PUBLIC_READ = os.environ.get("DASHBOARD_PUBLIC_READ", "0") == "1"
+
+# Per-user limits of the control API (dashboard/throttle.py): actions per second and burst,
+# and messages a user may send through the burst control per minute.
+LAB_CONTROL_RATE = float(os.environ.get("LAB_CONTROL_RATE", "5"))
+LAB_CONTROL_BURST = int(os.environ.get("LAB_CONTROL_BURST", "20"))
+LAB_BURST_MESSAGES_PER_MINUTE = int(os.environ.get("LAB_BURST_MESSAGES_PER_MINUTE", "300000"))
+LOGIN_FAILURES_PER_MINUTE = int(os.environ.get("LOGIN_FAILURES_PER_MINUTE", "10"))
 
 LOGGING = {
     "version": 1,

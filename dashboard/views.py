@@ -1,5 +1,6 @@
 """Pages: the live dashboard and the login (one-time link or username/password)."""
-from functools import wraps
+import math
+from functools import lru_cache, wraps
 
 from django.conf import settings
 from django.contrib.auth import login as auth_login
@@ -13,6 +14,7 @@ from consumers_app.lab import bus
 
 from .api import MODES
 from .auth import redeem_login_token
+from .throttle import Limiter
 
 
 HEALTH_TIMEOUT_S = 2.0
@@ -53,13 +55,38 @@ def live(request):
 _password_login = LoginView.as_view(template_name="login.html")
 
 
+@lru_cache(maxsize=None)
+def login_limiter() -> Limiter:
+    """Failed logins per client address: LOGIN_FAILURES_PER_MINUTE, refilled over a minute."""
+    per_minute = settings.LOGIN_FAILURES_PER_MINUTE
+    return Limiter(per_minute / 60, per_minute)
+
+
 def login(request):
-    """`/login/?token=T` redeems a one-time link (printed by runlab); otherwise Django's form."""
+    """`/login/?token=T` redeems a one-time link (printed by runlab); otherwise Django's form.
+
+    Failed attempts (wrong password, unknown link) are limited per address: past the limit
+    the page answers 429 with Retry-After until the bucket refills.
+    """
+    address = request.META.get("REMOTE_ADDR", "")
+    attempt = request.method == "POST" or "token" in request.GET
+    wait = login_limiter().blocked(address) if attempt else 0.0
+    if wait:
+        response = render(request, "login.html", {
+            "form": LoginView.form_class(request),
+            "link_error": f"Too many failed logins from your address; try again in {math.ceil(wait)} s.",
+        }, status=429)
+        response["Retry-After"] = str(math.ceil(wait))
+        return response
     token = request.GET.get("token")
     if token is None or request.method != "GET":
-        return _password_login(request)
+        response = _password_login(request)
+        if request.method == "POST" and response.status_code == 200:   # the form came back: it failed
+            login_limiter().take(address)
+        return response
     user = redeem_login_token(token)
     if user is None:
+        login_limiter().take(address)
         return render(request, "login.html", {
             "form": LoginView.form_class(request),
             "link_error": "This login link is unknown, expired or already used.",

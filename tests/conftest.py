@@ -99,3 +99,13 @@ def stubs_for():
     yield make
     for s in made:
         s.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_rate_limits():
+    """Each test starts with full control-API buckets (user ids repeat across test databases)."""
+    from dashboard.api import _limiter
+    from dashboard.views import login_limiter
+    _limiter.cache_clear()
+    login_limiter.cache_clear()
+    yield

@@ -18,6 +18,7 @@ from .fake_lab import FakeLab
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
+HOST = (b"host", b"127.0.0.1:8000")
 
 
 @pytest.fixture
@@ -36,11 +37,11 @@ def token(db):
     return issue_api_token("script")
 
 
-def communicator(query: str = "", headers=(ORIGIN,)):
-    return WebsocketCommunicator(application, f"/ws/lab/{query}", headers=list(headers))
+def communicator(query: str = "", headers=(ORIGIN, HOST), path: str = "/ws/lab/"):
+    return WebsocketCommunicator(application, f"{path}{query}", headers=list(headers))
 
 
-async def connected(query: str = "", headers=(ORIGIN,)):
+async def connected(query: str = "", headers=(ORIGIN, HOST)):
     ws = communicator(query, headers)
     ok, _ = await ws.connect()
     assert ok, "the websocket was refused"
@@ -83,7 +84,7 @@ async def test_session_cookie_authenticates(lab):
     browser = Client()
     await asyncio.to_thread(browser.force_login, await get_user_model().objects.acreate(username="alice"))
     cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
-    ws = await connected(headers=(ORIGIN, cookie))
+    ws = await connected(headers=(ORIGIN, HOST, cookie))
     assert (await ws.receive_json_from())["type"] == "snapshot"
     await ws.disconnect()
 
@@ -104,8 +105,26 @@ async def test_unknown_token_is_refused_even_when_public(lab, settings):
 
 
 async def test_foreign_origin_is_refused(lab, token):
-    ws = communicator(f"?token={token}", headers=[(b"origin", b"http://evil.example")])
+    ws = communicator(f"?token={token}", headers=[(b"origin", b"http://evil.example"), HOST])
     assert (await ws.connect())[0] is False
+
+
+@pytest.mark.parametrize("origin", [
+    b"http://127.0.0.1:8001",      # another port on the same host: another site
+    b"https://127.0.0.1:8000",     # another scheme
+    b"http://localhost:8000",      # an allowed host, but not the one the page was served from
+    b"null",
+])
+async def test_origin_must_match_scheme_host_and_port(lab, token, origin):
+    ws = communicator(f"?token={token}", headers=[(b"origin", origin), HOST])
+    assert (await ws.connect())[0] is False
+
+
+async def test_unknown_websocket_paths_close_with_a_reason(lab, token):
+    ws = communicator(f"?token={token}", path="/ws/nothing-here/")
+    assert (await ws.connect())[0] is True
+    closed = await ws.receive_output()
+    assert closed["code"] == consumers.NO_SUCH_SOCKET and "/ws/lab/" in closed["reason"]
 
 
 async def test_scripts_without_origin_still_need_a_token(lab, token, settings):

@@ -30,6 +30,7 @@ import asyncio
 import time
 from typing import Awaitable, Callable
 
+from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 
 CONTROLLER_CHANNEL = "lab-controller"
@@ -51,10 +52,13 @@ async def request(action: str, /, timeout: float = 15.0, **params) -> dict:
     # channels through one receive loop only when they share that prefix; a reply channel
     # with another prefix starves while a websocket consumer of the same process waits.
     reply_channel = await layer.new_channel()
-    await layer.send(CONTROLLER_CHANNEL, {
-        "type": "lab.request", "action": action, "params": params, "reply_to": reply_channel,
-        "deadline": time.time() + timeout,
-    })
+    try:
+        await layer.send(CONTROLLER_CHANNEL, {
+            "type": "lab.request", "action": action, "params": params, "reply_to": reply_channel,
+            "deadline": time.time() + timeout,
+        })
+    except ChannelFull:
+        raise LabUnavailable("the lab controller is busy (its request queue is full); try again") from None
     try:
         reply = await asyncio.wait_for(layer.receive(reply_channel), timeout)
     except asyncio.TimeoutError:

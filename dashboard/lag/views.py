@@ -5,6 +5,8 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from ..security import REPORT_POLICY
+
 from .access import read_access, write_access
 from .history import LagHistory, parse_time, to_iso
 from .reports import FORMATS, ReportError, build_report, parse_query
@@ -116,6 +118,8 @@ def lag_report(request, fmt):
         return _bad(str(exc))
     body = build_report(LagHistory(), q)
     response = HttpResponse(body, content_type=FORMATS[fmt])
+    if fmt == "html":   # self-contained: its plotly.js and data are inline
+        response["Content-Security-Policy"] = REPORT_POLICY
     if fmt != "html" or request.GET.get("download"):
         response["Content-Disposition"] = f'attachment; filename="{q.filename}"'
     return response
