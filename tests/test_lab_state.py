@@ -174,3 +174,41 @@ def test_faults_mark_the_consumer():
     clients = state.snapshot()["groups"]["GID_LAB"]["clients"]
     assert clients["c2"]["status"] == "hung"
     assert clients["c3"]["slow_ms"] == 200
+
+
+def test_gone_consumers_and_empty_groups_leave_after_the_grace_period():
+    state = lab_with_group()
+    state.client_gone("c3", "stopped")
+    gone_at = state.clients["c3"].gone_at
+    assert state.collect_garbage(gone_at + 59, grace_s=60) == []
+    assert "c3" in state.snapshot()["groups"]["GID_LAB"]["clients"]
+    state.collect_garbage(gone_at + 60, grace_s=60)
+    assert set(state.snapshot()["groups"]["GID_LAB"]["clients"]) == {"c1", "c2"}
+    # The last members go: the group goes a grace period after it emptied (and the broker
+    # lists nobody in it).
+    for client_id in ("c1", "c2"):
+        state.client_gone(client_id, "killed")
+    later = state.clients["c2"].gone_at + 60
+    assert state.collect_garbage(later, grace_s=60) == []          # empty from now on
+    assert state.collect_garbage(later + 59, grace_s=60) == []
+    assert state.collect_garbage(later + 60, grace_s=60) == ["GID_LAB"]
+    assert state.snapshot()["groups"] == {}
+
+
+def test_churn_does_not_grow_the_snapshot():
+    """1,000 consumers come and go: once each is past the grace period the frame is as small as before."""
+    import json
+    state = lab_with_group()
+    before = len(json.dumps(state.snapshot()))
+    now = 0.0
+    for i in range(1000):
+        client_id = f"churn{i}"
+        state.add_client(client_id, "GID_LAB", "push", "w1").status = "running"
+        state.client_gone(client_id, "stopped")
+        state.clients[client_id].gone_at = now
+        now += 0.5
+        state.collect_garbage(now, grace_s=60)
+    peak = len(json.dumps(state.snapshot()))
+    state.collect_garbage(now + 60, grace_s=60)
+    after = len(json.dumps(state.snapshot()))
+    assert after == before, (before, peak, after)

@@ -26,6 +26,7 @@ import itertools
 import logging
 import math
 import re
+import time
 
 import grpc
 
@@ -34,7 +35,7 @@ from consumers_app.events import make_event, now_ms
 from consumers_app.protocol import lab, lab_grpc
 
 from . import bus
-from .scenario import Scenario
+from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
 
@@ -48,12 +49,14 @@ MAX_CONSUMERS = 32
 MAX_RATE = 50_000
 MAX_BURST = 100_000
 SETTLE_TIMEOUT = 5.0      # how long an action waits for its effect before answering anyway
+GONE_GRACE_S = 60.0       # how long a stopped/killed/crashed consumer stays on the page
 
 
 class LabController:
     def __init__(self, broker_address: str, *, pool_size: int = 2, client_options: dict | None = None,
                  adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
-                 recorder_root=None, replace_lost_workers: bool = True):
+                 recorder_root=None, replace_lost_workers: bool = True, memory=None,
+                 gone_grace_s: float = GONE_GRACE_S):
         self.broker_address = broker_address
         self.pool_size = pool_size
         # Extra constructor options per client kind ("push", "lite_pull", "pop", "producer"),
@@ -78,6 +81,11 @@ class LabController:
         # operator's process manager would; the old ids stay in the log as crashed.
         self.replace_lost_workers = replace_lost_workers
         self._replacing: set[asyncio.Task] = set()
+        # Where the lab's state is saved for the next start (persistence.LabMemory), if anywhere.
+        self.memory = memory
+        # Gone consumers and empty groups leave the snapshot after this (their story stays
+        # in the membership log), so a lab running for days keeps its frames small.
+        self.gone_grace_s = gone_grace_s
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -95,6 +103,8 @@ class LabController:
         self._start_recorder()
         if scenario is not None:
             await self.run_scenario(scenario)
+        if self.memory is not None:
+            self._tasks.append(asyncio.create_task(self.memory.keep(self.desired_scenario), name="lab-memory"))
         # Only now: a request never interleaves with setting the scenario up.
         self._tasks.append(asyncio.create_task(bus.serve(self.handle), name="lab-requests"))
 
@@ -123,9 +133,50 @@ class LabController:
             await self._set_producer_rate(topic, rate)
         for spec in scenario.groups:
             group = self._create_group(spec.name, spec.topic, spec.mode, spec.strategy)
-            await asyncio.gather(*(self._start_consumer(group.name) for _ in range(spec.consumers)))
+            started = await asyncio.gather(*(self._start_consumer(group.name) for _ in range(spec.consumers)))
+            for client_id, faults in zip(started, spec.faults):
+                await self._apply_faults(client_id, faults)
+        for broker in scenario.offline_brokers:
+            if self.state.brokers.get(broker):
+                await self.action_broker(broker, False)
         for spec in scenario.groups:
             await self._settle(spec.name)
+
+    async def _apply_faults(self, client_id: str, faults: ConsumerFaults) -> None:
+        if faults.slow_ms:
+            await self._command(client_id, "consumer", action="slow", ms=faults.slow_ms)
+        if faults.fail_ratio:
+            await self._command(client_id, "consumer", action="fail", ratio=faults.fail_ratio)
+        if faults.hung:
+            await self._command(client_id, "consumer", action="hang")
+
+    def desired_scenario(self) -> Scenario:
+        """The lab as it stands, as a scenario to start from next time."""
+        topics: dict[str, dict[str, int]] = {}
+        for topic, labels in self.state.topics.items():
+            for label in labels:
+                broker = label.rpartition(":")[0]
+                topics.setdefault(topic, {}).setdefault(broker, 0)
+                topics[topic][broker] += 1
+        groups = []
+        for name, group in self.state.groups.items():
+            live = [self.state.clients[c] for c in self._live_clients(name)]
+            if not live:
+                continue
+            faults = tuple(ConsumerFaults(slow_ms=c.slow_ms, fail_ratio=c.fail_ratio, hung=c.status == "hung")
+                           for c in live)
+            groups.append(GroupSpec(name, group.topic, group.mode, group.strategy, len(live),
+                                    faults if any(f.any for f in faults) else ()))
+        return Scenario(topics=topics, producers={t: p["rate"] for t, p in self.state.producers.items()},
+                        groups=tuple(groups),
+                        offline_brokers=tuple(sorted(b for b, online in self.state.brokers.items() if not online)))
+
+    def collect_garbage(self) -> None:
+        """Forget consumers gone for longer than the grace period and groups left empty."""
+        for name in self.state.collect_garbage(time.monotonic(), self.gone_grace_s):
+            watcher = self._watchers.pop(name, None)
+            if watcher is not None:
+                watcher.cancel()
 
     # -- what comes in -------------------------------------------------------------
 
@@ -230,6 +281,7 @@ class LabController:
                 await self.poll_offsets()
             except grpc.aio.AioRpcError as exc:
                 log.warning("offset poll failed: %s", exc.code())
+            self.collect_garbage()
             self._snapshot_due = True
             await asyncio.sleep(self.poll_interval)
 

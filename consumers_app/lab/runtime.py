@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from .controller import LabController
+from .persistence import LabMemory
 from .scenario import DEFAULT
 
 
@@ -39,10 +40,13 @@ class LabRuntime:
     and stopped after it (None when the broker is someone else's)."""
 
     def __init__(self, broker_address: str, *, scenario: bool, out, url: str | None = None,
-                 client_options: dict | None = None, pool_size: int = 2, broker=None):
+                 client_options: dict | None = None, pool_size: int = 2, broker=None,
+                 memory: LabMemory | None = None, fresh: bool = False):
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
-            recorder_root=settings.DATA_DIR / "recordings")
+            recorder_root=settings.DATA_DIR / "recordings", memory=memory)
+        self.memory = memory
+        self.fresh = fresh
         self.broker = broker
         self.scenario = scenario
         self.out = out
@@ -59,12 +63,26 @@ class LabRuntime:
             self.broker.on_change = self.controller.broker_process_changed
             self.controller.broker_process_changed(self.broker.status())
             self.say("broker ready")
+        scenario = await self.starting_scenario()
         self.say("starting workers…")
-        await self.controller.start(DEFAULT if self.scenario else None)
-        if self.scenario:
+        await self.controller.start(scenario)
+        if scenario is not None:
             self.say("scenario running")
         if self.url:
             self.say(await self.login_line())
+
+    async def starting_scenario(self):
+        """The lab as it was left (saved in the database), else the default scenario;
+        ``fresh`` forgets the saved one; no scenario at all when asked for none."""
+        if self.memory is not None and self.fresh:
+            await self.memory.clear()
+        if not self.scenario:
+            return None
+        saved = await self.memory.load() if self.memory is not None and not self.fresh else None
+        if saved is not None:
+            self.say("restoring the lab as it was left (runlab --fresh starts anew)")
+            return saved
+        return DEFAULT
 
     async def login_line(self) -> str:
         try:

@@ -1,9 +1,25 @@
 """What the lab runs at start-up (DESIGN.md, "What a user can do" 1).
 
 A scenario is plain data; ``LabController.run_scenario`` turns it into topics on the
-broker, producers and consumer groups through the same code paths as the actions.
+broker, producers and consumer groups through the same code paths as the actions. The
+lab's current state is a scenario too (``LabController.desired_scenario``): runlab saves
+it in the database and starts from it next time (consumers_app/lab/persistence.py).
 """
-from dataclasses import dataclass, field
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class ConsumerFaults:
+    """The lab's knobs on one consumer, re-applied when a saved lab starts again."""
+    slow_ms: float = 0
+    fail_ratio: float = 0.0
+    hung: bool = False
+
+    @property
+    def any(self) -> bool:
+        return bool(self.slow_ms or self.fail_ratio or self.hung)
 
 
 @dataclass(frozen=True)
@@ -13,6 +29,7 @@ class GroupSpec:
     mode: str = "push"
     strategy: str = "AVG"
     consumers: int = 3
+    faults: tuple[ConsumerFaults, ...] = ()    # per consumer, in start order; missing: none
 
 
 @dataclass(frozen=True)
@@ -22,6 +39,19 @@ class Scenario:
     # topic -> messages per second
     producers: dict[str, float] = field(default_factory=dict)
     groups: tuple[GroupSpec, ...] = ()
+    offline_brokers: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Scenario":
+        groups = tuple(
+            GroupSpec(**{**g, "faults": tuple(ConsumerFaults(**f) for f in g.get("faults", ()))})
+            for g in data.get("groups", ()))
+        return cls(topics={t: dict(b) for t, b in data.get("topics", {}).items()},
+                   producers=dict(data.get("producers", {})), groups=groups,
+                   offline_brokers=tuple(data.get("offline_brokers", ())))
 
 
 DEFAULT = Scenario(

@@ -14,6 +14,7 @@ broker polls and its own actions, and asks it for
 Queue labels are ``BROKER:QUEUE_ID`` (MessageQueue.label). A pop consumer's
 broker-level assignment is ``BROKER:-1`` ("any queue of that broker").
 """
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -49,6 +50,7 @@ class ClientState:
     strategy: str = ""         # as its latest assignment reported it
     slow_ms: int = 0
     fail_ratio: float = 0.0
+    gone_at: float | None = None   # loop time when it stopped being alive
 
     @property
     def alive(self) -> bool:
@@ -66,6 +68,7 @@ class GroupState:
     pq: dict[tuple[str, str], dict] = field(default_factory=dict)   # (client, label) -> figures
     offsets: dict[str, dict] = field(default_factory=dict)          # label -> broker figures
     last_rebalance: dict | None = None
+    empty_since: float | None = None   # loop time since when nobody is in it
     membership_log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
 
@@ -100,11 +103,32 @@ class LabState:
         if client is None:
             return
         client.status = status
+        if client.gone_at is None:
+            client.gone_at = time.monotonic()
         group = self.groups.get(client.group)
         if group is not None:
             group.assignments.pop(client_id, None)
             for key in [k for k in group.pq if k[0] == client_id]:
                 del group.pq[key]
+
+    def collect_garbage(self, now: float, grace_s: float) -> list[str]:
+        """Drop consumers gone for ``grace_s`` (the membership log keeps their story) and
+        groups nobody has been in for as long; returns the names of the groups dropped.
+        ``now`` is on the time.monotonic() clock."""
+        for client_id, client in list(self.clients.items()):
+            if not client.alive and client.gone_at is not None and now - client.gone_at >= grace_s:
+                del self.clients[client_id]
+        dropped = []
+        occupied = {c.group for c in self.clients.values()}
+        for name, group in list(self.groups.items()):
+            if name in occupied or group.members:
+                group.empty_since = None
+            elif group.empty_since is None:
+                group.empty_since = now
+            elif now - group.empty_since >= grace_s:
+                del self.groups[name]
+                dropped.append(name)
+        return dropped
 
     def set_topic_queues(self, topic: str, labels) -> None:
         self.topics[topic] = sort_labels(labels)

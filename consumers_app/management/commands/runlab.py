@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from consumers_app.lab.broker_process import BrokerProcess
 from consumers_app.lab.lifeline import DataDirInUse, DataDirLock
+from consumers_app.lab.persistence import LabMemory
 from consumers_app.lab.runtime import LabRuntime, parse_client_options
 from consumers_app.lab.webserver import run_web
 
@@ -32,8 +33,10 @@ class Command(BaseCommand):
         parser.add_argument("--client-option", action="append", default=[], metavar="KIND.NAME=VALUE",
                             help="client config override, e.g. push.heartbeat_interval_ms=1000 (KIND * = all)")
         parser.add_argument("--workers", type=int, default=2, help="worker processes hosting the clients")
+        parser.add_argument("--fresh", action="store_true",
+                            help="forget the saved lab state and start from the default scenario")
 
-    def handle(self, *args, host, port, no_scenario, broker_arg, client_option, workers, **options):
+    def handle(self, *args, host, port, no_scenario, broker_arg, client_option, workers, fresh, **options):
         try:
             client_options = parse_client_options(client_option)
         except ValueError as exc:
@@ -51,7 +54,7 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             runtime = LabRuntime(settings.LAB_BROKER, scenario=not no_scenario, out=self.stdout, url=url,
                                  client_options=client_options, pool_size=workers,
-                                 broker=self.broker_process(broker_arg))
+                                 broker=self.broker_process(broker_arg), memory=LabMemory(), fresh=fresh)
             ok = run_web(host, port, on_start=runtime.start, on_stop=runtime.stop)
         finally:
             lock.release()

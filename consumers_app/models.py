@@ -1,0 +1,14 @@
+"""The engine's own tables: the lab's state, kept across restarts of runlab."""
+from django.db import models
+
+
+class SavedLab(models.Model):
+    """The lab as a scenario (groups, strategies, modes, consumer counts and faults,
+    producer rates, offline brokers): runlab starts from it unless ``--fresh``."""
+
+    name = models.CharField(max_length=64, unique=True, default="default")
+    scenario = models.JSONField()
+    saved_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} (saved {self.saved_at:%Y-%m-%d %H:%M:%S})"

@@ -1,0 +1,89 @@
+"""The lab's state survives a restart of runlab (saved in the database) unless --fresh."""
+import json
+import urllib.request
+
+from .support import free_port, wait_until
+from .test_lab_runlab import Server, migrated_env, shared_by_three
+
+
+def start(port, env, *extra):
+    import http.cookiejar
+    lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--broker-arg=--client-expiry-ms=3000",
+                 "--client-option=*.heartbeat_interval_ms=1000", *extra, env=env)
+    url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    assert browser.open(url, timeout=10).status == 200
+    return lab, browser
+
+
+def cookie_jar(browser):
+    return next(h.cookiejar for h in browser.handlers if isinstance(h, urllib.request.HTTPCookieProcessor))
+
+
+def post(browser, port, path, body):
+    csrf = next(c.value for c in cookie_jar(browser) if c.name == "csrftoken")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json",
+                                                             "X-CSRFToken": csrf,
+                                                             "Referer": f"http://127.0.0.1:{port}/"})
+    return json.load(browser.open(request, timeout=30))
+
+
+def state(browser, port):
+    return json.load(browser.open(f"http://127.0.0.1:{port}/api/state", timeout=30))
+
+
+def live(group):
+    return sorted(c for c, info in group["clients"].items() if info["status"] in ("running", "hung"))
+
+
+def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
+    env = migrated_env(tmp_path)
+    port = free_port()
+    lab, browser = start(port, env)
+    try:
+        wait_until(lambda: shared_by_three(browser, port), timeout=30, message="the scenario")
+        browser.open(f"http://127.0.0.1:{port}/", timeout=10)   # the page sets the CSRF cookie
+        post(browser, port, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"})
+        post(browser, port, "/api/producers/rate", {"topic": "TopicTest", "rate": 77})
+        added = post(browser, port, "/api/groups/GID_LAB/consumers", {"mode": "push"})["client_id"]
+        post(browser, port, f"/api/consumers/{added}/slow", {"ms": 5})
+        # Saved within a couple of seconds of the last change.
+        wait_until(lambda: saved_scenario(env), timeout=10, message="the lab state saved")
+        wait_until(lambda: (s := saved_scenario(env)) and s["groups"][0]["consumers"] == 4
+                   and any(f["slow_ms"] == 5 for f in s["groups"][0]["faults"]), timeout=10,
+                   message="the last change saved")
+    finally:
+        assert lab.stop() == 0, "".join(lab.lines)
+
+    lab, browser = start(port, env)
+    try:
+        assert any("restoring the lab" in x for x in lab.lines)
+        def restored():
+            snap = state(browser, port)
+            group = snap["groups"].get("GID_LAB")
+            return (group and group["strategy"] == "AVG_BY_CIRCLE" and len(live(group)) == 4
+                    and sorted(group["clients"][c]["slow_ms"] for c in live(group)) == [0, 0, 0, 5]
+                    and snap["producers"]["TopicTest"]["rate"] == 77)
+        wait_until(restored, timeout=30, message="strategy, consumers, faults and producer rate restored")
+    finally:
+        assert lab.stop() == 0, "".join(lab.lines)
+
+    lab, browser = start(port, env, "--fresh")
+    try:
+        def default():
+            snap = state(browser, port)
+            group = snap["groups"]["GID_LAB"]
+            return group["strategy"] == "AVG" and len(live(group)) == 3 and snap["producers"]["TopicTest"]["rate"] == 200
+        wait_until(default, timeout=30, message="--fresh starts from the default scenario")
+    finally:
+        assert lab.stop() == 0, "".join(lab.lines)
+
+
+def saved_scenario(env):
+    import sqlite3
+    from pathlib import Path
+    db = Path(env["LAB_DATA_DIR"]) / "db.sqlite3"
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("select scenario from consumers_app_savedlab where name='default'").fetchone()
+    return json.loads(row[0]) if row else None
