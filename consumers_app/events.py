@@ -21,6 +21,7 @@ EVENT_TYPES = frozenset({
     "pop",           # received/acked/revived/dlq
     "fault",         # what was injected
     "broker",        # online/offline, queues changed
+    "route",         # a consumer's route refresh saw the topic's queues change
 })
 
 Event = dict

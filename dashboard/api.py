@@ -24,14 +24,13 @@ from django.views.decorators.csrf import csrf_exempt
 
 from consumers_app.allocate import STRATEGY_NAMES
 from consumers_app.lab import bus
+from consumers_app.lab.actions import CONSUMER_ACTIONS, MODES
 
 from .auth import user_for_api_token
 from .throttle import Limiter
 
 log = logging.getLogger(__name__)
 
-MODES = ("push", "lite_pull", "pop")
-CONSUMER_ACTIONS = ("stop", "kill", "hang", "resume", "slow", "fail")
 
 
 class BadRequest(Exception):
@@ -239,7 +238,7 @@ async def consumer_action(request, client_id, action):
         if not 0 <= ratio <= 1:
             raise BadRequest("'ratio' must be between 0 and 1")
         return await bus.request("consumer", client_id=client_id, action=action, ratio=ratio)
-    body(request)  # stop, kill, hang, resume take no fields (an empty body is fine)
+    body(request)  # stop, kill, hang, cut, resume take no fields (an empty body is fine)
     return await bus.request("consumer", client_id=client_id, action=action)
 
 

@@ -12,7 +12,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from consumers_app.allocate import STRATEGY_NAMES
 from consumers_app.lab import bus
 
-from .api import MODES
+from consumers_app.lab.actions import CONSUMER_ACTIONS, MODES
 from .auth import redeem_login_token
 from .throttle import Limiter
 
@@ -48,6 +48,7 @@ def live(request):
     return render(request, "live.html", {
         "strategies": STRATEGY_NAMES,
         "modes": MODES,
+        "consumer_actions": CONSUMER_ACTIONS,
         "can_control": request.user.is_authenticated,
     })
 

@@ -196,7 +196,14 @@ def test_pull_mode_rpcs(stubs):
     assert out[0].status.code == Code.OK
     assert [r.message.body for r in out if r.HasField("message")] == [b"p1", b"p2"]
     assert out[-1].next_offset == 3
-    assert stubs.v2.GetOffset(svc.GetOffsetRequest(group=group, message_queue=mq),
+    # No offset committed, but the queue starts at 0 with its first message still stored:
+    # RocketMQ's queryConsumerOffset answers 0 (a new group starts there).
+    first = stubs.v2.GetOffset(svc.GetOffsetRequest(group=group, message_queue=mq), metadata=stubs.md)
+    assert (first.status.code, first.offset) == (Code.OK, 0)
+    empty = v2.MessageQueue(id=0)
+    empty.topic.name, empty.broker.name = "PullModeEmpty", "broker-a"
+    create(stubs, "PullModeEmpty", queues=1)
+    assert stubs.v2.GetOffset(svc.GetOffsetRequest(group=group, message_queue=empty),
                               metadata=stubs.md).status.code == Code.OFFSET_NOT_FOUND
     stubs.v2.UpdateOffset(svc.UpdateOffsetRequest(group=group, message_queue=mq, offset=2), metadata=stubs.md)
     assert stubs.v2.GetOffset(svc.GetOffsetRequest(group=group, message_queue=mq), metadata=stubs.md).offset == 2

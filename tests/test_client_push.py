@@ -136,23 +136,38 @@ async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fa
     assert any(e["offsets"] for e in emitter.recent("offset", client_id="c1"))
 
 
-async def test_killed_consumer_is_reowned_after_broker_expiry(fast_broker):
+async def test_killed_consumer_leaves_at_once_and_a_cut_one_at_expiry(fast_broker):
+    """Kill closes the connection: the broker drops the client at once ("closed"). A cut
+    closes nothing: the client keeps its queues until the broker expires it ("expired")."""
     addr = fast_broker.address
     rec = Recorder()
     emitter = EventEmitter()
-    consumers = [push(addr, "GID_PUSH_KILL", f"k{i}", rec, emitter) for i in range(2)]
+    consumers = [push(addr, "GID_PUSH_KILL", f"k{i}", rec, emitter) for i in range(3)]
     for c in consumers:
         await c.start()
-    await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="shared by 2")
-    victim, survivor = consumers
-    await victim.abort()  # no goodbye: the broker only notices the silence
+    await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="shared by 3")
+    killed, cut, survivor = consumers
+
+    def left_reasons(victim):
+        return {e["reason"] for e in emitter.recent("membership", client_id=survivor.client_id)
+                if victim.client_id in e["left"]}
+
+    await killed.abort()
+    await async_wait_until(lambda: left_reasons(killed), timeout=10, message="the kill noticed")
+    assert left_reasons(killed) == {"closed"}
+    await async_wait_until(lambda: owned_exactly_once([cut, survivor]), timeout=20, message="shared by 2")
+
+    held = cut.snapshot()["assignments"]
+    cut.cut()
+    await async_wait_until(lambda: left_reasons(cut), timeout=30, message="the cut client expired")
+    assert left_reasons(cut) == {"expired"}
+    # Partitioned, it never heard it was expired: it still holds (and would consume) its queues.
+    assert cut.snapshot()["assignments"] == held
     await async_wait_until(lambda: owned_exactly_once([survivor]), timeout=30,
                            message="survivor owns every queue after the expiry")
-    reasons = {e["reason"] for e in emitter.recent("membership", client_id=survivor.client_id)
-               if victim.client_id in e["left"]}
-    assert reasons == {"expired"}
     sent = await produce(addr, 1_000)
     await async_wait_until(lambda: sent <= set(rec.ids), timeout=30, message="survivor consumes everything")
+    await cut.abort()
     await survivor.shutdown()
 
 

@@ -90,7 +90,7 @@ def group_view(snapshot, group="GID_LAB") -> dict:
 
 def live_members(lab, group="GID_LAB") -> list[str]:
     return [c for c, s in group_view(lab.state.snapshot(), group)["clients"].items()
-            if s["status"] in ("running", "hung")]
+            if s["status"] in ("running", "hung", "cut")]
 
 
 def balanced_as(lab, strategy, group="GID_LAB"):
@@ -191,10 +191,15 @@ async def test_removing_every_queue_is_refused(lab, broker):
     await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="8 queues again")
 
 
-async def test_added_queues_are_shared_at_once(lab, browser):
+async def test_added_queues_are_shared_after_each_route_refresh(lab, browser):
     snapshot = await bus.request("queues", topic="TopicTest", delta=2, broker="broker-b")
     assert snapshot["topics"]["TopicTest"][-2:] == ["broker-b:4", "broker-b:5"]
     await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="10 queues shared")
+    # Nobody was told: each consumer saw it in its own route refresh (1 s here, 30 s by
+    # default), and the page says when.
+    change = group_view(lab.state.snapshot())["route_change"]
+    assert change["change"] == "queues" and set(change["noticed"]) == set(live_members(lab))
+    assert all(0 <= ms for ms in change["noticed"].values())
     await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("delta") == 2],
                            timeout=5, message="the broker event published")
     await bus.request("queues", topic="TopicTest", delta=-2, broker="broker-b")
@@ -235,23 +240,43 @@ async def test_a_hung_consumer_hits_flow_control(lab):
     assert group_view(snapshot)["clients"][victim]["status"] == "running"
 
 
-async def test_a_killed_consumer_leaves_its_queues_orphaned_until_the_broker_expires_it(lab):
+async def test_a_killed_consumer_leaves_at_once(lab):
     victim = live_members(lab)[-1]
-    held = group_view(lab.state.snapshot())["assignments"][victim]
-
     snapshot = await bus.request("consumer", client_id=victim, action="kill")
-
     view = group_view(snapshot)
     assert view["clients"][victim]["status"] == "killed"
     assert victim not in view["assignments"]
-    # No goodbye: the broker still lists it, nobody consumes its queues, and the lab says so.
-    assert victim in view["members"]
-    assert {q: "unowned" for q in held}.items() <= view["ownership_issues"].items()
-    # The broker expires it (2.5 s here, 120 s in RocketMQ) and the survivors take over.
+    # Its connection closed: the broker drops it at once and the survivors take over.
     await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=20, message="survivors rebalanced")
-    assert victim not in group_view(lab.state.snapshot())["members"]
+    left = [e for e in group_view(lab.state.snapshot())["membership_log"] if victim in e.get("left", [])]
+    assert [e["reason"] for e in left] == ["closed"]
     with pytest.raises(bus.LabError, match=f"consumer {victim} is killed"):
         await bus.request("consumer", client_id=victim, action="hang")
+
+
+async def test_a_cut_consumer_keeps_its_queues_until_the_broker_expires_it(lab):
+    victim = live_members(lab)[-1]
+    held = group_view(lab.state.snapshot())["assignments"][victim]
+    snapshot = await bus.request("consumer", client_id=victim, action="cut")
+    assert group_view(snapshot)["clients"][victim]["status"] == "cut"
+
+    def expired():
+        log = group_view(lab.state.snapshot())["membership_log"]
+        return [e for e in log if victim in e.get("left", [])]
+
+    await async_wait_until(expired, timeout=20, message="the broker expires the silent consumer")
+    assert [e["reason"] for e in expired()] == ["expired"]
+    others = [c for c in live_members(lab) if c != victim]
+    # The others take its queues; partitioned, it still holds them: both show on the page.
+    await async_wait_until(lambda: set(held) <= {q for c in others
+                                                 for q in group_view(lab.state.snapshot())["assignments"][c]},
+                           timeout=20, message="the others took its queues")
+    view = group_view(lab.state.snapshot())
+    assert view["assignments"][victim] == held
+    assert {q: "shared" for q in held}.items() <= view["ownership_issues"].items()
+    # Healed, it heartbeats again, rejoins and the group rebalances.
+    await bus.request("consumer", client_id=victim, action="resume")
+    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=20, message="rejoined")
 
 
 async def test_add_and_stop_a_consumer(lab):

@@ -10,6 +10,7 @@ import time
 
 from ..protocol import lab, lab_grpc, v2
 from .core import BrokerCore, BrokerError, parse_tag_filter
+from .messaging_service import client_id_of
 from .topics import group_error, topic_error
 
 log = logging.getLogger(__name__)
@@ -130,13 +131,19 @@ class LabAdminService(lab_grpc.LabAdminServicer):
         err = group_error(group)
         if err:
             await context.abort(_grpc_invalid(), err)
-        q = self.core.membership.watch(group)
+        membership = self.core.membership
+        client_id = client_id_of(context)  # a consumer's watch is its session (see membership.py)
+        q = membership.watch(group)
+        if client_id:
+            membership.open_session(group, client_id)
         try:
             while True:
                 change = await q.get()
                 yield lab.MembershipChange(**change)
         finally:
-            self.core.membership.unwatch(group, q)
+            membership.unwatch(group, q)
+            if client_id:
+                membership.close_session(group, client_id)
 
     # ---------------------------------------------------------------- brokers
 

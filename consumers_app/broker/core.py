@@ -329,6 +329,21 @@ class BrokerCore:
 
     # ----------------------------------------------------------------- locks
 
+    def query_consumer_offset(self, group: str, key: tuple) -> int:
+        """The group's committed offset of a queue, or -1 (queryConsumerOffset).
+
+        As RocketMQ's broker: a group with no offset for a queue whose min offset is 0
+        and whose first message is still in the store is answered 0, so a brand-new
+        group with CONSUME_FROM_LAST_OFFSET consumes the queue from the start.
+        """
+        committed = self.offsets.get(group, key)
+        if committed >= 0:
+            return committed
+        cq = self.store.queue(key)
+        if cq is not None and cq.min_offset <= 0 < cq.max_offset:
+            return 0
+        return -1
+
     def lock_queues(self, group: str, client_id: str, keys: list[tuple]) -> list[tuple]:
         now = time.monotonic()
         ttl = self.cfg.lock_expiry_ms / 1000

@@ -2,9 +2,12 @@
 
 As RocketMQ's ConsumerManager: a client is registered by its heartbeat (client id
 from the ``x-mq-client-id`` gRPC metadata header), refreshed by every heartbeat or
-telemetry message, removed by NotifyClientTermination, and expired when silent for
-``channel_expired_ms`` (120 s) - checked every ``scan_interval_ms`` (10 s), like
-ClientHousekeepingService. Every change is pushed to the group's watchers (the
+telemetry message, removed by NotifyClientTermination, removed at once when its
+connection closes (doChannelCloseEvent; here: when the last of its session streams -
+the membership watch our clients keep open for life - ends), and expired when silent
+for ``channel_expired_ms`` (120 s) - checked every ``scan_interval_ms`` (10 s), like
+ClientHousekeepingService. So a killed process leaves at once; a hung one or one cut
+off the network (no close) only after the expiry. Every change is pushed to the group's watchers (the
 lab's WatchMembership stream: 4.x's "consumer ids changed" notice).
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Membership:
         self.producers: dict[str, ClientInfo] = {}
         self._watchers: dict[str, set[asyncio.Queue]] = {}
         self.listeners = []  # callables (group, joined, left, reason) for other components
+        self._sessions: dict[tuple[str, str], int] = {}  # (group, client id) -> open session streams
         self._task = None
 
     # ------------------------------------------------------------------ queries
@@ -89,6 +93,21 @@ class Membership:
         del members[client_id]
         self._changed(group, joined=[], left=[client_id], reason=reason)
         return True
+
+    def open_session(self, group: str, client_id: str) -> None:
+        key = (group, client_id)
+        self._sessions[key] = self._sessions.get(key, 0) + 1
+
+    def close_session(self, group: str, client_id: str) -> None:
+        """A session stream ended: the last one closing means the connection is gone."""
+        key = (group, client_id)
+        left = self._sessions.get(key, 0) - 1
+        if left > 0:
+            self._sessions[key] = left
+            return
+        self._sessions.pop(key, None)
+        if self.unregister(group, client_id, reason="closed"):
+            log.info("client %s of group %s closed its connection", client_id, group)
 
     def unregister_everywhere(self, client_id: str, reason: str = "left"):
         self.producers.pop(client_id, None)

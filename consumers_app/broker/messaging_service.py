@@ -14,7 +14,7 @@ from ..protocol import v2, v2_grpc, v2_service as svc
 from . import messages as M
 from .core import BrokerCore, BrokerError, parse_tag_filter
 from .pop import HandleError
-from .topics import group_error
+from .topics import group_error, pop_retry_topic
 
 log = logging.getLogger(__name__)
 Code = v2.Code
@@ -299,7 +299,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
             # Answer a little before the client's deadline (longPollingReserveTimeInMillis).
             wait_ms = max(0, min(wait_ms, int(remaining * 1000) - 200))
         deadline = time.monotonic() + wait_ms / 1000
-        rt = "%RETRY%" + group
+        rt = pop_retry_topic(group, topic)
 
         def attempt():
             got = []
@@ -429,7 +429,7 @@ class MessagingService(v2_grpc.MessagingServiceServicer):
     async def GetOffset(self, request, context):
         group = self._group(request.group)
         key = self._queue_key(request.message_queue)
-        off = self.core.offsets.get(group, key)
+        off = self.core.query_consumer_offset(group, key)
         if off < 0:
             raise BrokerError(Code.OFFSET_NOT_FOUND, f"group {group!r} has no committed offset for {key}")
         return svc.GetOffsetResponse(status=status(), offset=off)

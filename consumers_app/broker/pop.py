@@ -8,7 +8,7 @@ As in RocketMQ's broker (PopMessageProcessor / AckMessageProcessor / PopReviveSe
   the consumer offsets so a restarted broker still revives what was not acked);
 * an ack removes the checkpoint; ChangeInvisibleDuration replaces it (new handle);
 * when a checkpoint's invisible time passes, the revive pass re-writes the message to
-  ``%RETRY%{group}`` with ``reconsume_times + 1`` (or to ``%DLQ%{group}`` once the
+  ``%RETRY%{group}_{topic}`` with ``reconsume_times + 1`` (or to ``%DLQ%{group}`` once the
   delivery attempts reach the max) - the consumer then gets it again from the retry topic;
 * a pop takes a per (group, topic, queue) lock (QueueLockManager) so two pops never
   take the same message, even if a read ever awaits.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ..protocol import lab
 from . import messages as M
-from .topics import dlq_topic, retry_topic
+from .topics import dlq_topic, pop_retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class PopService:
             self._rotation[rk] = start + 1
             normal = [(topic, broker, (start + i) % n) for i in range(n)]
         keys = list(normal)
-        rt = retry_topic(group)
+        rt = pop_retry_topic(group, topic)
         if not fifo and self.core.topics.has_queue(rt, broker, 0):
             if random.randrange(100) < self.cfg.pop_retry_probability:
                 keys.insert(0, (rt, broker, 0))
@@ -353,7 +353,7 @@ class PopService:
             self._fifo_rewind(group, entry.key)
             return
         broker = entry.key[1]
-        rt = retry_topic(group)
+        rt = pop_retry_topic(group, M.original_topic(msg))
         self.core.topics.ensure_system_topic(rt, broker, self.core.store.write_pos)
         again = M.derived(msg, **{M.P_RETRY_TOPIC: M.original_topic(msg),
                                   M.P_ORIGIN_MSG_ID: msg.properties.get(M.P_ORIGIN_MSG_ID, msg.message_id)})

@@ -53,6 +53,12 @@ def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
 
 
+def pop_retry_topic(group: str, topic: str) -> str:
+    """Where POP revives a message: %RETRY%{group}_{topic} (5.x KeyBuilder.buildPopRetryTopic,
+    retry topic V1), one per subscribed topic, unlike push's %RETRY%{group}."""
+    return f"{RETRY_PREFIX}{group}_{topic}"
+
+
 def dlq_topic(group: str) -> str:
     return DLQ_PREFIX + group
 

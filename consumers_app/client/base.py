@@ -6,9 +6,12 @@ Lifecycle (the lab controller calls these on every client, whatever its mode):
 * ``await start()``      register (heartbeat), then run.
 * ``await shutdown()``   graceful: persist offsets, NotifyClientTermination (the group
                          rebalances at once), close.
-* ``await abort()``      die without goodbye: every loop stops, no offset persist, no
-                         termination notice; the broker must expire us.
+* ``await abort()``      die as a process does: every loop stops, no offset persist, no
+                         termination notice; the connection closes, which the broker
+                         notices at once (it then tells the group).
 * ``hang()`` / ``resume()``  the listener blocks (heartbeats go on) / unblocks.
+* ``cut()``              a network partition: no heartbeats, no close; the broker
+                         expires us after its channel expiry. ``resume()`` heals it.
 * ``set_slow(ms)``, ``set_fail_ratio(r)``, ``set_strategy(name, **options)``.
 * ``snapshot()``         a dict of what this consumer holds right now.
 """
@@ -16,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import threading
 import time
 from collections import Counter
 
@@ -28,6 +29,7 @@ from ..message_queue import MessageQueue
 from ..protocol import lab, v2, v2_service
 from .config import ConsumeResult, MessageModel
 from .connection import Connection, check, new_client_id, resource
+from .faults import ListenerFaults
 from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 
 log = logging.getLogger(__name__)
@@ -85,14 +87,9 @@ class ConsumerBase:
         self.topic_queues: dict[str, list[MessageQueue]] = {}
         self.state = "created"  # created | running | stopping | stopped | aborted
         self._tasks: set[asyncio.Task] = set()
+        self._session: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Lab fault knobs, read by consume threads.
-        self._gate = threading.Event()
-        self._gate.set()
-        self._closing = threading.Event()
-        self.slow_ms = 0.0
-        self.fail_ratio = 0.0
-        self.hung = False
+        self.faults = ListenerFaults()  # the lab's hang / slow / fail, read by consume threads
         self._fc_last_emit: dict[tuple, float] = {}
         self._last_offsets: dict[str, int] = {}
 
@@ -119,8 +116,20 @@ class ConsumerBase:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def _open_session(self) -> None:
+        """The membership watch, open for the client's life: the broker's sign that our
+        connection is up (closing it is how a dead process leaves at once)."""
+        self._session = self.spawn(self._watch_membership(), "session")
+
+    async def _close_session(self) -> None:
+        task, self._session = self._session, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
     async def _cancel_tasks(self) -> None:
-        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        """Every loop but the session, which stays open until the goodbye is said."""
+        tasks = [t for t in self._tasks if t is not asyncio.current_task() and t is not self._session]
         for t in tasks:
             t.cancel()
         if tasks:
@@ -152,6 +161,7 @@ class ConsumerBase:
         await self._stop_work()
         await self._persist_on_shutdown()
         await self.notify_termination()
+        await self._close_session()
         self._forget_assignments()
         self.emit_assignment("shutdown")
         await self.connection.close()
@@ -163,6 +173,7 @@ class ConsumerBase:
             return
         self.state = "aborted"
         await self._stop_work()
+        await self._close_session()
         self._forget_assignments()
         self.emit("fault", fault="kill")
         await self.connection.close()
@@ -254,6 +265,9 @@ class ConsumerBase:
             await asyncio.sleep(interval)
             try:
                 if await self.refresh_routes():
+                    # What the page times: a queue or broker change reaches us only here.
+                    self.emit("route", topic=self.topic,
+                              queues=[mq.label for mq in self.topic_queues.get(self.topic) or ()])
                     self.on_route_changed()
             except asyncio.CancelledError:
                 raise
@@ -287,6 +301,8 @@ class ConsumerBase:
                 stream = self.connection.lab.WatchMembership(
                     lab.GroupRequest(group=self.group), metadata=self.connection.metadata)
                 async for change in stream:
+                    if self.cut_off:
+                        continue  # partitioned: the notice never reaches us
                     members = list(change.client_ids)
                     self.emit("membership", members=members, joined=list(change.joined),
                               left=list(change.left), reason=change.reason)
@@ -321,13 +337,10 @@ class ConsumerBase:
 
         Returns None when the consumer is closing while the listener was held by hang().
         """
-        gate = self._gate
-        while not gate.wait(0.2):
-            if self._closing.is_set():
-                return None
-        if self.slow_ms:
-            time.sleep(self.slow_ms / 1000)  # the lab's "slow consumer"
-        if self.fail_ratio and random.random() < self.fail_ratio:
+        faults = self.faults
+        if not faults.pass_gate():
+            return None
+        if faults.injects_failure():
             return ConsumeResult.RECONSUME_LATER
         try:
             result = self.listener(msgs)
@@ -338,23 +351,39 @@ class ConsumerBase:
 
     # ------------------------------------------------------------------ lab controls
 
+    hung = property(lambda self: self.faults.hung)
+    slow_ms = property(lambda self: self.faults.slow_ms)
+    fail_ratio = property(lambda self: self.faults.fail_ratio)
+
+    @property
+    def cut_off(self) -> bool:
+        return self.connection is not None and self.connection.network.active
+
     def hang(self) -> None:
         """Keep heartbeating, stop consuming: the listener blocks until resume()."""
-        self.hung = True
-        self._gate.clear()
+        self.faults.hang()
         self.emit("fault", fault="hang")
 
+    def cut(self) -> None:
+        """A network partition: calls go unanswered, nothing is closed. Consume threads go
+        on with what is cached; the broker expires us after its channel expiry."""
+        if self.connection is not None:
+            self.connection.network.cut()
+        self.emit("fault", fault="cut")
+
     def resume(self) -> None:
-        self.hung = False
-        self._gate.set()
+        """Un-hang and heal a cut."""
+        self.faults.resume()
+        if self.connection is not None:
+            self.connection.network.heal()
         self.emit("fault", fault="resume")
 
     def set_slow(self, ms_per_message: float) -> None:
-        self.slow_ms = max(0.0, float(ms_per_message))
+        self.faults.slow_ms = max(0.0, float(ms_per_message))
         self.emit("fault", fault="slow", ms=self.slow_ms)
 
     def set_fail_ratio(self, ratio: float) -> None:
-        self.fail_ratio = min(1.0, max(0.0, float(ratio)))
+        self.faults.fail_ratio = min(1.0, max(0.0, float(ratio)))
         self.emit("fault", fault="fail", ratio=self.fail_ratio)
 
     def _emit_offsets(self, owned) -> None:
@@ -369,8 +398,7 @@ class ConsumerBase:
             self.emit("offset", topic=self.topic, offsets=changed)
 
     def _release_threads(self) -> None:
-        self._closing.set()
-        self._gate.set()
+        self.faults.release()
 
     def _reporting_loops(self):
         return [self._consume_event_loop()]

@@ -97,8 +97,8 @@ class PushConsumerConfig(ClientConfig):
     #: ProcessQueue.PULL_MAX_IDLE_TIME: a queue not pulled for this long is dropped.
     pull_max_idle_time_ms: int = 120_000
     #: Orderly: REBALANCE_LOCK_INTERVAL (re-lock every 20 s), REBALANCE_LOCK_MAX_LIVE_TIME,
-    #: MAX_TIME_CONSUME_CONTINUOUSLY, and the delayed broker unlock of a removed queue
-    #: that still had cached messages (RebalancePushImpl.UNLOCK_DELAY_TIME_MILLS).
+    #: MAX_TIME_CONSUME_CONTINUOUSLY, and UNLOCK_DELAY_TIME_MILLS: how old a removed
+    #: queue's lock must be before it is force-unlocked while still consuming (5.2+).
     rebalance_lock_interval_ms: int = 20_000
     rebalance_lock_max_live_time_ms: int = 30_000
     max_time_consume_continuously_ms: int = 60_000
@@ -159,6 +159,9 @@ class PopConsumerConfig(ClientConfig):
     #: How often QueryAssignment is repeated (the official clients scan every 5 s).
     query_assignment_interval_ms: int = 5_000
     heartbeat_interval_ms: int = 10_000  # 5.x clients heartbeat every 10 s
+    #: popDelayLevel (s): a failed message's next invisible time, by its reconsume
+    #: times (ChangeInvisibleDuration), instead of waiting out the whole invisible time.
+    pop_delay_level_s: tuple = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
     #: Lab: allow invisible times outside [5 s, 300 s] (a broker started with a smaller
     #: minimum makes the hung-consumer demo quick). False = RocketMQ's clamp to 60 s.
     allow_any_invisible_time: bool = False
@@ -169,6 +172,11 @@ class PopConsumerConfig(ClientConfig):
         if not 5_000 <= self.invisible_time_ms <= 300_000:
             return 60_000  # DefaultMQPushConsumerImpl.popMessage clamp
         return self.invisible_time_ms
+
+    def retry_backoff_ms(self, reconsume_times: int) -> int:
+        """changePopInvisibleTime: popDelayLevel[reconsumeTimes], the last level beyond the table."""
+        levels = self.pop_delay_level_s
+        return levels[min(max(0, reconsume_times), len(levels) - 1)] * 1000
 
 
 @dataclass

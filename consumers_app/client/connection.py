@@ -15,6 +15,7 @@ import time
 import grpc
 
 from ..protocol import lab, lab_grpc, v2, v2_grpc
+from .faults import NetworkCut
 
 CODE_OK = v2.Code.OK
 CODE_TOO_MANY_REQUESTS = v2.Code.TOO_MANY_REQUESTS
@@ -81,6 +82,7 @@ class Connection:
             ("x-mq-protocol", "GRPC_V2"),
         )
         self.closed = False
+        self.network = NetworkCut(self)  # the lab's "cut" fault swaps the stubs out
 
     async def close(self) -> None:
         if not self.closed:

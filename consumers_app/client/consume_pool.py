@@ -25,7 +25,7 @@ class ConsumePool:
                  budget_ms: float = 2.0, idle_check_s: float = 0.05):
         self.loop = loop
         self.size = size
-        self.call = call                  # call(message) -> status (run on a thread)
+        self.call = call                  # call(item) -> status (run on a thread)
         self.on_results = on_results      # on_results([(item, status), ...]) (run on the loop)
         self.name = name
         self.budget_s = budget_ms / 1000
@@ -42,7 +42,7 @@ class ConsumePool:
     # ------------------------------------------------------------------ loop side
 
     def submit(self, items) -> None:
-        """Queue items (``item[0]`` is the message) and wake enough threads for them."""
+        """Queue items (whatever ``call`` takes) and wake enough threads for them."""
         n = len(items)
         self._work.extend(items)
         if self.per_message_s > 0:
@@ -97,7 +97,7 @@ class ConsumePool:
                     self._idle -= 1
                 continue
             started = time.perf_counter()
-            status = call(item[0])
+            status = call(item)
             self.per_message_s = 0.9 * self.per_message_s + 0.1 * (time.perf_counter() - started)
             self._done.append((item, status))   # deque.append is atomic under the GIL
             if not self._flush_pending:

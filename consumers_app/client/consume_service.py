@@ -71,8 +71,11 @@ class ConcurrentlyConsumeService:
                 self.submit(msgs, pq, mq)
         self.loop.call_later(delay_ms / 1000, again)
 
-    def _call(self, msg):
-        if self.consumer.state != "running":
+    def _call(self, item):
+        """ConsumeRequest.run: a queue dropped by rebalance is not consumed any more -
+        its next owner re-pulls from the committed offset (the hand-off's duplicates)."""
+        msg, pq = item
+        if pq.dropped or self.consumer.state != "running":
             return None
         return self.consumer.call_listener([msg])
 
@@ -198,7 +201,7 @@ class OrderlyConsumeService:
                         break
                     pq.inflight += len(msgs)
                     try:
-                        statuses = await self.loop.run_in_executor(self.executor, self._run, msgs)
+                        statuses = await self.loop.run_in_executor(self.executor, self._run, msgs, pq)
                     finally:
                         pq.inflight -= len(msgs)
                 if statuses is None or not self._process(msgs, statuses, pq, mq):
@@ -230,11 +233,13 @@ class OrderlyConsumeService:
             c.offset_store.update_offset(mq, commit, False)
         return cont
 
-    def _run(self, msgs):
+    def _run(self, msgs, pq):
         call = self.consumer.call_listener
         statuses = []
         started = time.perf_counter()
         for m in msgs:
+            if pq.dropped:
+                return None  # rebalanced away mid-run: the rest is the next owner's
             status = call([m])
             if status is None:
                 return None

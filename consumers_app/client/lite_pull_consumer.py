@@ -11,7 +11,9 @@ consumed (the consume offset moves at once - a failed message is the caller's bu
   cached requests x pullBatchSize > pullThresholdForAll (10000); the queue's cached
   count > 1000 or MiB > 100; span > consumeMaxSpan (2000). A paused queue waits 1 s.
 * Offsets: auto-commit every autoCommitIntervalMillis (5 s) from inside poll(), or
-  commit() by hand; the store persists them as for the push consumer.
+  commit() by hand; the store persists them as for the push consumer. A queue taken
+  away by rebalance, or a shutdown, persists only what was committed: messages polled
+  after the last commit are consumed again by the next owner.
 * seek(mq, offset) drops what is cached for the queue and pulls from ``offset`` next.
 
 In the lab the consumer also runs its own poll loop when given a listener, so it can
@@ -149,7 +151,7 @@ class LitePullConsumer(ConsumerBase):
             self.spawn(self.rebalance_service.run(), "rebalance-service")
             self.spawn(self._route_loop(), "route")
             if self.message_model is MessageModel.CLUSTERING:
-                self.spawn(self._watch_membership(), "membership")
+                self._open_session()
             self.rebalance_impl.last_reason = "start"
             self.rebalance_service.wakeup()
         elif self.subscription_type == "ASSIGN":
@@ -164,11 +166,9 @@ class LitePullConsumer(ConsumerBase):
             self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def _persist_on_shutdown(self) -> None:
-        """Auto-commit what poll() handed out, then persist the assigned queues' offsets
-        so the next owner starts there. The queues are dropped only after commit_all,
-        which skips dropped queues."""
-        if self.config.auto_commit:
-            self.commit_all()
+        """Persist what was committed (by auto-commit or commit()), as DefaultLitePullConsumerImpl
+        does: messages polled since the last commit are not committed, so the next owner
+        consumes them again (the hand-off's duplicates)."""
         owned = list(self.assigned)
         for aq in self.assigned.values():
             aq.pq.dropped = True
@@ -217,10 +217,8 @@ class LitePullConsumer(ConsumerBase):
         return await compute_pull_from_where(self, topic, mqs)
 
     async def remove_unnecessary(self, mq, pq) -> bool:
-        """RebalanceLitePullImpl: commit what poll() handed out, persist, forget."""
-        aq = self.assigned.get(mq)
-        if aq is not None and aq.consume_offset >= 0:
-            self.offset_store.update_offset(mq, aq.consume_offset, False)
+        """RebalanceLitePullImpl: persist what was committed, forget. What poll() handed out
+        since the last commit is not committed: the next owner gets it again."""
         try:
             await self.offset_store.persist(mq)
         except Exception as exc:  # noqa: BLE001

@@ -12,7 +12,8 @@ Flow: per assignment, a receive loop asks for up to ``batch_size`` (32) messages
 long polling, but never holds more than ``pop_threshold_for_queue`` (96) received and
 not yet acked (RocketMQ's popThresholdForQueue); the listener runs on the consume pool
 (one message per call) and successes are acked in one AckMessage per batch. A failed
-message (RECONSUME_LATER) is simply not acked: it comes back after the invisible time.
+message (RECONSUME_LATER) is not acked: its invisible time is changed to a back-off
+(popDelayLevel: 10 s, 30 s, 1 min ... by reconsume times), as the 5.x consumer does.
 
 ``receive()``, ``ack()`` and ``change_invisible_duration()`` are public for callers that
 want SimpleConsumer-style control.
@@ -76,6 +77,7 @@ class PopConsumer(ConsumerBase):
         self.state = "running"
         await self.update_assignments()
         self.spawn(self._heartbeat_loop(), "heartbeat")
+        self._open_session()  # its close tells the broker we are gone
         self.spawn(self._assignment_loop(), "assignments")
         self.spawn(self._consume_event_loop(), "consume-events")
         self.spawn(self._pq_event_loop(), "pq-events")
@@ -218,10 +220,10 @@ class PopConsumer(ConsumerBase):
         if redelivered:
             self.pop_counts["redelivered"] += redelivered
 
-    def _call(self, msg):
+    def _call(self, item):
         if self.state != "running":
             return None
-        return self.call_listener([msg])
+        return self.call_listener([item[0]])
 
     def _on_results(self, done) -> None:
         if not self.running:
@@ -236,12 +238,21 @@ class PopConsumer(ConsumerBase):
             self.stats.ok += len(ok)
             self.stats.retry += len(failed)
             if failed:
-                # Not acked: the broker revives them after the invisible time.
+                # Not acked; as the 5.x push-over-pop consumer, each gets a back-off
+                # (popDelayLevel by its reconsume times) instead of the full invisible time.
                 self.pop_counts["nacked"] += len(failed)
                 self.emit("pop", action="nacked", queue=mq.label, count=len(failed))
-                self._release(mq, failed)
+                self.spawn(self._back_off(mq, failed))
             if ok:
                 self.spawn(self._ack(mq, ok))
+
+    async def _back_off(self, mq, msgs) -> None:
+        try:
+            await asyncio.gather(*(
+                self.change_invisible_duration(m, self.config.retry_backoff_ms(m.delivery_attempt - 1))
+                for m in msgs), return_exceptions=True)  # a failed change: the invisible time still runs out
+        finally:
+            self._release(mq, msgs)
 
     def _release(self, mq, msgs) -> None:
         if not msgs:

@@ -106,8 +106,7 @@ class PushConsumer(ConsumerBase):
         self.spawn(self.rebalance_service.run(), "rebalance-service")
         self.spawn(self._heartbeat_loop(), "heartbeat")
         self.spawn(self._route_loop(), "route")
-        if self.message_model is MessageModel.CLUSTERING:
-            self.spawn(self._watch_membership(), "membership")
+        self._open_session()
         self.spawn(self._persist_loop(), "persist-offsets")
         self.spawn(self._pq_event_loop(), "pq-events")
         self.spawn(self._consume_event_loop(), "consume-events")
@@ -198,21 +197,20 @@ class PushConsumer(ConsumerBase):
         self.offset_store.remove_offset(mq)
         self._last_pq.pop(mq, None)
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
-            if not await _try_lock(pq.consume_lock, 1.0):
+            # 5.2+ tryRemoveOrderMessageQueue: unlock at the broker at once unless a
+            # consume is in progress (we wait 0.5 s for it); a queue stuck consuming is
+            # force-unlocked once its lock is older than UNLOCK_DELAY_TIME_MILLS (20 s).
+            now = time.monotonic_ns() // 1_000_000
+            force = now > pq.last_lock_ts + self.config.unlock_delay_time_ms
+            if not force and not await _try_lock(pq.consume_lock, 0.5):
                 pq.try_unlock_times += 1  # still consuming: try again next rebalance
                 return False
             try:
-                if pq.has_temp_message():
-                    # Messages were cached: delay the broker unlock so that the next
-                    # owner cannot start before our in-flight work has surely ended.
-                    async def unlock_later():
-                        await asyncio.sleep(self.config.unlock_delay_time_ms / 1000)
-                        await self._unlock([mq])
-                    self.spawn(unlock_later())
-                else:
-                    await self._unlock([mq])
+                pq.locked = False
+                await self._unlock([mq])
             finally:
-                pq.consume_lock.release()
+                if not force:
+                    pq.consume_lock.release()
         return True
 
     async def _persist_quietly(self, mq, offset: int) -> None:
@@ -382,20 +380,16 @@ class PushConsumer(ConsumerBase):
                 self.offset_store.update_offset(mq, request.next_offset, True)
             service.execute_pull_request_immediately(request)
         elif status == OFFSET_ILLEGAL:
-            # The offset fell out of the queue: drop the queue, persist the corrected
-            # offset, and let the next rebalance recreate it (RocketMQ waits 10 s).
+            # The offset fell out of the queue: take the broker's corrected offset, store
+            # it, and go on pulling from there at once (5.2+; before, the queue was
+            # dropped and re-created 10 s later).
+            log.warning("%s: offset %d of %s is illegal; corrected to %d", self.client_id,
+                        request.next_offset, mq.label, resp.next_begin_offset)
             request.next_offset = resp.next_begin_offset
-            pq.dropped = True
-
-            async def fix():
-                await asyncio.sleep(10)
+            if pq.msg_count == 0:
                 self.offset_store.update_offset(mq, request.next_offset, False)
-                try:
-                    await self.offset_store.persist(mq)
-                finally:
-                    self.rebalance_impl.process_queue_table.pop(mq, None)
-                    self.pull_requests.pop(mq, None)
-            self.spawn(fix())
+                self.spawn(self._persist_quietly(mq, request.next_offset))
+            service.execute_pull_request_immediately(request)
         else:
             service.execute_pull_request_later(request, cfg.pull_time_delay_ms_when_exception)
 

@@ -181,6 +181,12 @@ class RebalanceImpl:
         if mq_set is None or cid_all is None:
             # No route yet (e.g. %RETRY% before the first send-back): nothing to do.
             return True, [], []
+        if not mq_set or not cid_all:
+            # Java's strategies throw on an empty list and rebalanceByTopic keeps what it
+            # has: an empty answer is a glitch to ride out, not "drop every queue".
+            log.warning("%s: %s has %d queue(s) and %d consumer(s); keeping the current assignment",
+                        c.client_id, topic, len(mq_set), len(cid_all))
+            return False, [], []
         mq_all = self._sorted_mqs.setdefault(topic, _SortedCache()).get(mq_set, mq_sort_key)
         cids = self._sorted_cids.get(cid_all, java_key)
         mine = allocate_sorted(self.strategy, c.group, c.client_id, mq_all, cids)

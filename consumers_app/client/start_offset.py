@@ -1,7 +1,9 @@
 """computePullFromWhere: where a newly assigned queue starts (RebalancePushImpl / RebalanceLitePullImpl).
 
 1. The offset store's offset (the broker's committed offset for clustering, the local
-   file for broadcasting) if there is one.
+   file for broadcasting) if there is one. For a group without one, RocketMQ's broker
+   answers 0 when the queue's min offset is 0 and its first message is still stored:
+   so a new group consumes such a queue from the start whatever consume_from_where says.
 2. Else by ``consume_from_where``: LAST_OFFSET -> the queue's max offset (0 for the
    %RETRY% topic: retries are never skipped); FIRST_OFFSET -> its min offset (RocketMQ
    asks for 0 and lets the broker correct it); TIMESTAMP -> the first offset stored at
@@ -77,6 +79,8 @@ async def compute_pull_from_where(consumer, topic: str, mqs) -> dict:
             async def one(mq, _one=one):  # noqa: F811 - same rules, answers already at hand
                 committed, lo, hi = table.get(mq, (-1, 0, 0))
                 store.remove_offset(mq)
+                if committed < 0 and lo <= 0 < hi:
+                    committed = 0  # what the broker's queryConsumerOffset answers here (see 1.)
                 if committed >= 0:
                     store.mark_persisted(mq, committed)
                     return committed

@@ -32,14 +32,6 @@ def make_consumer(*, mode: str, group: str, topic: str, strategy: str, broker: s
     raise ValueError(f"unknown consumer mode {mode!r}")
 
 
-async def rebalance_now(consumer) -> None:
-    """Queues or brokers changed: learn the new route, then rebalance at once."""
-    if consumer.mode == "pop":   # the broker assigns: ask it again
-        await consumer.update_assignments()
-    elif await consumer.refresh_routes():
-        consumer.on_route_changed()
-
-
 def make_producer(*, producer_id: str, topic: str, rate: float, broker: str, options: dict):
     from consumers_app.client.producer import Producer
 

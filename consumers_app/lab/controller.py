@@ -14,11 +14,13 @@ It lives in the web process's asyncio loop (``runweb`` / ``runlab``) and
 * answers requests one at a time (bus.serve): every action validates all of its
   params first and raises ``LabError`` without changing anything when one is wrong.
 
-Killing a consumer aborts it inside its worker (no unregister, no offset persist): the
-broker sees its heartbeats stop and expires it, exactly as for a dead process, while
-the lab keeps one worker process per few consumers instead of one per consumer. A
-worker process that dies takes all of its consumers with it, and the controller marks
-them gone when the worker's stream ends.
+Killing a consumer aborts it inside its worker (no unregister, no offset persist) and
+closes its connection, as a dead process's socket closes: the broker drops it at once
+and notifies the group. A *cut* leaves the connection open but silent (the broker
+expires it after its channel expiry); a *hang* keeps heartbeats going and stops the
+listener. The lab keeps one worker process per few consumers instead of one per
+consumer. A worker process that dies takes all of its consumers with it, and the
+controller marks them gone when the worker's stream ends.
 """
 import asyncio
 import inspect
@@ -35,14 +37,13 @@ from consumers_app.events import make_event, now_ms
 from consumers_app.protocol import lab, lab_grpc
 
 from . import bus
+from .actions import CONSUMER_ACTIONS, MODES
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
 
 log = logging.getLogger(__name__)
 
-MODES = ("push", "lite_pull", "pop")
-CONSUMER_ACTIONS = ("stop", "kill", "hang", "resume", "slow", "fail")
 OK = 20000
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,120}$")   # RocketMQ's valid group/topic characters
 MAX_CONSUMERS = 32
@@ -463,11 +464,15 @@ class LabController:
             raise bus.LabError(f"{topic} has only {on_broker} queue(s) on {broker}; cannot remove {-delta}")
         if len(labels) + delta < 1:
             raise bus.LabError(f"removing {-delta} queue(s) would leave {topic} with no queues")
+        changed_at = now_ms()   # before the broker changes: a refresh may see it at once
         info = self._check(await self.admin.AddQueues(
             lab.AddQueuesRequest(topic=topic, delta=delta, broker_name=broker), timeout=10))
         queues = [f"{q.broker_name}:{q.queue_id}" for q in info.queues]
-        self.emit("broker", "", "", broker=broker, topic=topic, change="queues", delta=delta, queues=queues)
-        await self._rebalance_topic(topic)
+        self.emit("broker", "", "", ts=changed_at, broker=broker, topic=topic, change="queues", delta=delta,
+                  queues=queues)
+        await self.refresh_topology()
+        # As in RocketMQ, consumers learn of it from their next route refresh
+        # (pollNameServerInterval); the page shows when each one noticed.
         return self.state.snapshot()
 
     async def action_broker(self, broker, online) -> dict:
@@ -475,12 +480,12 @@ class LabController:
             raise bus.LabError(f"unknown broker {broker!r}; known: {', '.join(sorted(self.state.brokers))}")
         if not isinstance(online, bool):
             raise bus.LabError(f"online must be true or false, not {online!r}")
+        changed_at = now_ms()
         self._check(await self.admin.SetBrokerOnline(
             lab.SetBrokerOnlineRequest(broker_name=broker, online=online), timeout=10))
-        self.emit("broker", "", "", broker=broker, online=online, change="online" if online else "offline")
-        await self.refresh_topology()
-        for topic in {g.topic for g in self.state.groups.values()}:
-            await self._rebalance_topic(topic)
+        self.emit("broker", "", "", ts=changed_at, broker=broker, online=online,
+                  change="online" if online else "offline")
+        await self.refresh_topology()   # consumers learn of it from their next route refresh
         return self.state.snapshot()
 
     # -- validation ----------------------------------------------------------------
@@ -611,16 +616,6 @@ class LabController:
         else:
             await self._command(producer["producer_id"], "producer", action="rate", rate=rate)
             producer["rate"] = rate
-
-    async def _rebalance_topic(self, topic: str) -> None:
-        """Queues or brokers changed: every consumer of the topic rebalances now, not in 20 s."""
-        await self.refresh_topology()
-        groups = [name for name, g in self.state.groups.items() if g.topic == topic]
-        await asyncio.gather(*(
-            self._command(client_id, "consumer", action="rebalance")
-            for name in groups for client_id in self._live_clients(name)))
-        for name in groups:
-            await self._settle(name)
 
     async def _settle(self, group: str) -> bool:
         """Wait (briefly) for the group's steady state: the broker lists exactly the live

@@ -46,7 +46,7 @@ class ClientState:
     group: str
     mode: str
     worker_id: str = ""
-    status: str = "starting"   # starting | running | hung | stopped | killed | gone
+    status: str = "starting"   # starting | running | hung | cut | stopped | killed | crashed
     strategy: str = ""         # as its latest assignment reported it
     slow_ms: int = 0
     fail_ratio: float = 0.0
@@ -54,7 +54,7 @@ class ClientState:
 
     @property
     def alive(self) -> bool:
-        return self.status in ("starting", "running", "hung")
+        return self.status in ("starting", "running", "hung", "cut")
 
 
 @dataclass
@@ -68,6 +68,10 @@ class GroupState:
     pq: dict[tuple[str, str], dict] = field(default_factory=dict)   # (client, label) -> figures
     offsets: dict[str, dict] = field(default_factory=dict)          # label -> broker figures
     last_rebalance: dict | None = None
+    # The last queue/broker change of its topic and, per consumer, how long (ms) its
+    # route refresh took to see it: {"ts", "change", "noticed": {client_id: ms}}.
+    route_change: dict | None = None
+    route_seen: dict[str, int] = field(default_factory=dict)   # client -> ts of its last route event
     empty_since: float | None = None   # loop time since when nobody is in it
     membership_log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
@@ -118,6 +122,8 @@ class LabState:
         for client_id, client in list(self.clients.items()):
             if not client.alive and client.gone_at is not None and now - client.gone_at >= grace_s:
                 del self.clients[client_id]
+                if client.group in self.groups:
+                    self.groups[client.group].route_seen.pop(client_id, None)
         dropped = []
         occupied = {c.group for c in self.clients.values()}
         for name, group in list(self.groups.items()):
@@ -170,6 +176,15 @@ class LabState:
                 self.brokers[event["broker"]] = bool(event["online"])
             if "queues" in event and event.get("topic"):
                 self.set_topic_queues(event["topic"], event["queues"])
+            change = {"ts": event["ts"], "change": event.get("change", ""), "broker": event.get("broker", ""),
+                      "noticed": {}}
+            for g in self.groups.values():
+                if change["change"] not in ("queues", "online", "offline") or g.mode == "pop":
+                    continue   # pop clients ask the broker for their assignment every 5 s instead
+                if event.get("topic") in (None, "", g.topic):
+                    # A consumer's refresh may have seen it before this event got here.
+                    g.route_change = {**change, "noticed": {c: ts - change["ts"] for c, ts in g.route_seen.items()
+                                                            if ts >= change["ts"]}}
             return
         if group is None:
             return
@@ -204,6 +219,11 @@ class LabState:
                 group.membership_log.append(event)
         elif kind == "flow_control":
             group.flow_control.append(event)
+        elif kind == "route":
+            group.route_seen[client_id] = event["ts"]
+            change = group.route_change
+            if change is not None and client_id not in change["noticed"] and event["ts"] >= change["ts"]:
+                change["noticed"][client_id] = event["ts"] - change["ts"]
         elif kind == "fault":
             client = self.clients.get(client_id)
             if client is not None:
@@ -214,6 +234,8 @@ class LabState:
         fault = event.get("fault")
         if fault == "hang":
             client.status = "hung"
+        elif fault == "cut":
+            client.status = "cut"
         elif fault == "resume":
             client.status = "running"
         elif fault == "slow":
@@ -309,6 +331,8 @@ class LabState:
             "queues": queues,
             "ownership_issues": issues,
             "last_rebalance": group.last_rebalance,
+            "route_change": group.route_change and {**group.route_change,
+                                                    "noticed": dict(group.route_change["noticed"])},
             "membership_log": list(group.membership_log),
             "flow_control": list(group.flow_control),
         }

@@ -146,6 +146,8 @@ class Worker:
             return {"client_id": client_id}
         if action == "hang":
             consumer.hang()
+        elif action == "cut":
+            consumer.cut()
         elif action == "resume":
             consumer.resume()
         elif action == "slow":
@@ -154,8 +156,6 @@ class Worker:
             consumer.set_fail_ratio(params["ratio"])
         elif action == "set_strategy":
             consumer.set_strategy(params["strategy"], **params.get("options", {}))
-        elif action == "rebalance":
-            await self.adapters.rebalance_now(consumer)
         else:
             raise CommandError(f"unknown consumer action {action!r}")
         return {"client_id": client_id, "snapshot": consumer.snapshot()}

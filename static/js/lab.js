@@ -10,6 +10,8 @@
   const canControl = root.dataset.canControl === "1";
   const STRATEGIES = root.dataset.strategies.split(",");
   const MODES = root.dataset.modes.split(",");
+  // action -> one line on what it does (consumers_app/lab/actions.py)
+  const ACTIONS = JSON.parse(document.getElementById("consumer-actions").textContent);
   // RocketMQ's defaults: pullThresholdForQueue, pullThresholdSizeForQueue, consumeConcurrentlyMaxSpan.
   const THRESHOLDS = { cached_count: 1000, cached_mib: 100, span: 2000 };
   const PALETTE = ["#2f6fdf", "#e8871e", "#2ba36b", "#9b4dca", "#d6457a", "#1aa3b5",
@@ -83,6 +85,7 @@
       // until a consumer reports its own.
       pq: {},
       lastRebalance: snap.last_rebalance || (previous && previous.lastRebalance) || null,
+      routeChange: snap.route_change || null,   // the last queue/broker change and who noticed it when
       pops: (previous && previous.pops) || {},   // queue -> recent receivers, newest last
     };
     for (const [cid, labels] of Object.entries(snap.assignments || {})) g.assignments[cid] = [...labels];
@@ -240,6 +243,7 @@
         if (g && g.clients[e.client_id]) {
           const c = g.clients[e.client_id];
           if (e.fault === "hang") c.status = "hung";
+          else if (e.fault === "cut") c.status = "cut";
           else if (e.fault === "resume") c.status = "running";
           else if (e.fault === "stop") c.status = "stopped";
           else if (e.fault === "kill") c.status = "killed";
@@ -330,6 +334,7 @@
         el("label", {}, "strategy ", strategySelect),
         el("label", {}, "mode ", modeSelect)),
       el("p", { class: "rebalance", "data-role": "last-rebalance" }),
+      el("p", { class: "rebalance", "data-role": "route-change" }),
       el("div", { class: "matrix-wrap" }),
       el("div", { class: "pq-chart chart", id: `pq-${name}` }));
     if (canControl) card.append(buildConsumerControls(name));
@@ -349,11 +354,13 @@
     return el("div", { class: "consumer-controls", "data-role": "consumer-controls" },
       el("div", { class: "control" },
         el("span", { class: "label" }, "Consumer"), who,
-        ["stop", "kill", "hang", "resume"].map((a) => el("button", { type: "button", "data-action": a, onclick: act(a) }, a)),
+        ["stop", "kill", "hang", "cut", "resume"].map((a) => el("button", { type: "button", "data-action": a, title: ACTIONS[a], onclick: act(a) }, a)),
         el("label", {}, "slow ", ms, " ms/msg"),
         el("button", { type: "button", "data-action": "slow", onclick: act("slow", () => ({ ms: Number(ms.value) })) }, "set"),
         el("label", {}, "fail ", ratio),
         el("button", { type: "button", "data-action": "fail", onclick: act("fail", () => ({ ratio: Number(ratio.value) })) }, "set")),
+      el("ul", { class: "action-help", "data-role": "action-help" },
+        ["kill", "cut", "hang"].map((a) => el("li", {}, el("b", {}, a), ": ", ACTIONS[a]))),
       el("div", { class: "control" },
         el("span", { class: "label" }, "Add"), addMode,
         el("button", { type: "button", "data-action": "add-consumer", onclick: (event) =>
@@ -375,6 +382,7 @@
     card.querySelector('[data-role="last-rebalance"]').textContent = r
       ? `Last rebalance ${clock(r.ts)}${r.client_id ? ` by ${r.client_id}` : ""}: ${r.reason || "periodic"} · ${fmtMs(r.duration_ms)}${changedCount(r) ? ` · ${changedCount(r)} queue(s) changed` : ""}`
       : "No rebalance seen yet.";
+    card.querySelector('[data-role="route-change"]').textContent = routeChangeLine(g);
     card.querySelector(".matrix-wrap").replaceChildren(matrix(g));
     const who = card.querySelector('select[name="client_id"]');
     if (who) {
@@ -386,6 +394,17 @@
         if (alive.includes(keep)) who.value = keep;
       }
     }
+  }
+
+  // Consumers learn of queue and broker changes only from their route refresh (every
+  // 30 s by default, as RocketMQ's pollNameServerInterval): say how long each one took.
+  function routeChangeLine(g) {
+    const r = g.routeChange;
+    if (!r) return "";
+    const noticed = Object.entries(r.noticed || {}).map(([cid, ms]) => `${cid} after ${fmtMs(ms)}`);
+    const waiting = consumersOf(g).filter((c) => isAlive(g, c) && !(c in (r.noticed || {})));
+    return `Route change ${clock(r.ts)} (${r.broker || ""} ${r.change || ""}): noticed by ${noticed.join(", ") || "nobody yet"}` +
+      (waiting.length ? ` · not yet: ${waiting.join(", ")}` : "");
   }
 
   const changedCount = (r) => (r.changed || []).length + (r.added || []).length + (r.removed || []).length;
