@@ -50,3 +50,21 @@ def manage_py(*args: str, env: dict | None = None, **popen_kwargs) -> subprocess
         cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         **popen_kwargs,
     )
+
+
+async def produce(addr: str, topic: str, n: int, queue=None, batch: int = 100) -> set[str]:
+    """Send ``n`` messages to ``topic`` (optionally one queue) with our producer; their ids."""
+    from consumers_app.client import Producer, ProducerConfig
+
+    producer = Producer(ProducerConfig(endpoints=addr, topic=topic, batch_size=batch))
+    await producer.start()
+    ids: set[str] = set()
+    sent = 0
+    try:
+        while sent < n:
+            k = min(batch, n - sent)
+            ids.update(e.message_id for e in await producer.send_batch(k, queue=queue))
+            sent += k
+    finally:
+        await producer.shutdown()
+    return ids

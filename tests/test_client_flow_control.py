@@ -11,12 +11,12 @@ from collections import Counter
 import grpc
 import pytest
 
-from consumers_app.client import (ConsumeFromWhere, ConsumeResult, Producer, ProducerConfig, PushConsumer,
+from consumers_app.client import (ConsumeFromWhere, ConsumeResult, PushConsumer,
                                   PushConsumerConfig)
 from consumers_app.events import EventEmitter
 from consumers_app.protocol import lab, lab_grpc
 from tests.brokers import BrokerProcess
-from tests.support import async_wait_until
+from tests.support import async_wait_until, produce
 
 ONE_SECOND_LEVELS = " ".join(["1s"] * 18)
 
@@ -29,14 +29,6 @@ def broker(tmp_path_factory):
         yield b
 
 
-async def produce(addr, topic, n):
-    producer = Producer(ProducerConfig(endpoints=addr, topic=topic, batch_size=100))
-    await producer.start()
-    ids = set()
-    while len(ids) < n:
-        ids.update(e.message_id for e in await producer.send_batch(min(100, n - len(ids))))
-    await producer.shutdown()
-    return ids
 
 
 def config(addr, cid, **overrides):

@@ -2,12 +2,12 @@
 and the pullThresholdForAll limit on the consume-request cache."""
 import pytest
 
-from consumers_app.client import ConsumeFromWhere, LitePullConsumerConfig, Producer, ProducerConfig
+from consumers_app.client import ConsumeFromWhere, LitePullConsumerConfig
 from consumers_app.client.lite_pull_consumer import LitePullConsumer
 from consumers_app.events import EventEmitter
 from consumers_app.message_queue import MessageQueue
 from tests.brokers import BrokerProcess
-from tests.support import async_wait_until
+from tests.support import async_wait_until, produce
 
 
 @pytest.fixture(scope="module")
@@ -16,15 +16,6 @@ def broker(tmp_path_factory):
         yield b
 
 
-async def produce(addr, topic, n, queue=None):
-    producer = Producer(ProducerConfig(endpoints=addr, topic=topic, batch_size=100))
-    await producer.start()
-    ids = set()
-    while len(ids) < n:
-        entries = await producer.send_batch(min(100, n - len(ids)), queue=queue)
-        ids.update(e.message_id for e in entries)
-    await producer.shutdown()
-    return ids
 
 
 def config(addr, cid, **overrides):

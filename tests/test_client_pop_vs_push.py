@@ -12,13 +12,13 @@ from collections import Counter
 import grpc
 import pytest
 
-from consumers_app.client import (ConsumeFromWhere, ConsumeResult, PopConsumerConfig, Producer, ProducerConfig,
+from consumers_app.client import (ConsumeFromWhere, ConsumeResult, PopConsumerConfig,
                                   PushConsumer, PushConsumerConfig)
 from consumers_app.client.pop_consumer import PopConsumer
 from consumers_app.events import EventEmitter
 from consumers_app.protocol import lab, lab_grpc
 from tests.brokers import BrokerProcess
-from tests.support import async_wait_until
+from tests.support import async_wait_until, produce
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +28,6 @@ def broker(tmp_path_factory):
         yield b
 
 
-async def produce(addr, topic, n):
-    producer = Producer(ProducerConfig(endpoints=addr, topic=topic, batch_size=100))
-    await producer.start()
-    ids = set()
-    while len(ids) < n:
-        ids.update(e.message_id for e in await producer.send_batch(min(100, n - len(ids))))
-    await producer.shutdown()
-    return ids
 
 
 class Log:

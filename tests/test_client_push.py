@@ -9,14 +9,14 @@ from collections import Counter
 
 import pytest
 
-from consumers_app.client import (ConsumeFromWhere, ConsumeResult, MessageModel, Producer, ProducerConfig,
+from consumers_app.client import (ConsumeFromWhere, ConsumeResult, MessageModel,
                                   PushConsumer, PushConsumerConfig)
 from consumers_app.allocate import get_strategy
 from consumers_app.client.rebalance import allocate
 from consumers_app.events import EventEmitter
 from consumers_app.message_queue import MessageQueue
 from tests.brokers import BrokerProcess
-from tests.support import async_wait_until
+from tests.support import async_wait_until, produce
 
 TOPIC = "TopicTest"
 LABELS = [f"broker-a:{i}" for i in range(8)]
@@ -77,18 +77,6 @@ def owned_exactly_once(consumers):
     return True
 
 
-async def produce(addr, n):
-    producer = Producer(ProducerConfig(endpoints=addr, topic=TOPIC, batch_size=200))
-    await producer.start()
-    ids = set()
-    sent = 0
-    while sent < n:
-        k = min(200, n - sent)
-        entries = await producer.send_batch(k)
-        ids.update(e.message_id for e in entries)
-        sent += k
-    await producer.shutdown()
-    return ids
 
 
 async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fast_broker):
@@ -101,7 +89,7 @@ async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fa
     await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="8 queues shared by 3")
     assert sorted(len(c.snapshot()["assignments"]) for c in consumers) == [2, 3, 3]  # AVG
 
-    sent = await produce(addr, 10_000)
+    sent = await produce(addr, TOPIC, 10_000)
     await async_wait_until(lambda: len(rec.ids) >= 5_000, timeout=30, message="half consumed")
 
     # Graceful leave mid-stream: the others re-own its queues at once, on the notice.
@@ -113,7 +101,7 @@ async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fa
                    and leaving.client_id in e["left"]]
     assert left_events and left_events[0]["reason"] == "left"
 
-    sent |= await produce(addr, 10_000)
+    sent |= await produce(addr, TOPIC, 10_000)
     await async_wait_until(lambda: sent <= set(rec.ids), timeout=60, message="all 20,000 consumed")
     assert len(sent) == 20_000
     assert not sent - set(rec.ids), "lost messages"
@@ -165,7 +153,7 @@ async def test_killed_consumer_leaves_at_once_and_a_cut_one_at_expiry(fast_broke
     assert cut.snapshot()["assignments"] == held
     await async_wait_until(lambda: owned_exactly_once([survivor]), timeout=30,
                            message="survivor owns every queue after the expiry")
-    sent = await produce(addr, 1_000)
+    sent = await produce(addr, TOPIC, 1_000)
     await async_wait_until(lambda: sent <= set(rec.ids), timeout=30, message="survivor consumes everything")
     await cut.abort()
     await survivor.shutdown()
