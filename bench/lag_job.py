@@ -21,7 +21,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-from dashboard.lag.recorder import SNAPSHOT_SCHEMA, SNAPSHOTS, write_part  # noqa: E402
+from consumers_app.lab.recorder import SNAPSHOT_SCHEMA, SNAPSHOTS, write_part  # noqa: E402
 
 QUEUES = 256
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

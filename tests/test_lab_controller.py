@@ -197,9 +197,12 @@ async def test_added_queues_are_shared_after_each_route_refresh(lab, browser):
     await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="10 queues shared")
     # Nobody was told: each consumer saw it in its own route refresh (1 s here, 30 s by
     # default), and the page says when.
-    change = group_view(lab.state.snapshot())["route_change"]
-    assert change["change"] == "queues" and set(change["noticed"]) == set(live_members(lab))
-    assert all(0 <= ms for ms in change["noticed"].values())
+    def noticed_by_all():
+        change = group_view(lab.state.snapshot())["route_change"]
+        return change if set(change["noticed"]) == set(live_members(lab)) else None
+
+    change = await async_wait_until(noticed_by_all, timeout=15, message="every consumer noticed the change")
+    assert change["change"] == "queues" and all(0 <= ms for ms in change["noticed"].values())
     await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("delta") == 2],
                            timeout=5, message="the broker event published")
     await bus.request("queues", topic="TopicTest", delta=-2, broker="broker-b")

@@ -237,7 +237,7 @@ from django.core.management.base import CommandError  # noqa: E402
 
 from dashboard.lag.history import LagHistory  # noqa: E402
 from dashboard.lag.job import JobParams, LagJob  # noqa: E402
-from dashboard.lag.recorder import Recorder  # noqa: E402
+from consumers_app.lab.recorder import Recorder  # noqa: E402
 from dashboard.lag.reports import CSV_COLUMNS  # noqa: E402
 
 from .support import manage_py, wait_until  # noqa: E402

@@ -5,7 +5,7 @@ import json
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from dashboard.lag.recorder import BrokerSampler, Recorder
+from consumers_app.lab.recorder import BrokerSampler, Recorder
 
 T0 = 1_767_265_080_000  # 2026-01-01T10:58:00Z
 

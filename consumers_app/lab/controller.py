@@ -76,7 +76,7 @@ class LabController:
         self._placing = asyncio.Lock()   # concurrent starts must not each spawn a worker
         self._tasks: list[asyncio.Task] = []
         self._snapshot_due = False
-        self._recorder = None            # dashboard.lag.recorder.Recorder, when recording
+        self._recorder = None            # recorder.Recorder, when recording
         self._unrecorded: list[dict] = []
         # A worker that dies is replaced and its consumers restarted under new ids, as an
         # operator's process manager would; the old ids stay in the log as crashed.
@@ -266,15 +266,25 @@ class LabController:
             self.state.brokers[broker.broker_name] = broker.online
 
     async def poll_offsets(self) -> None:
+        """One GetQueueOffsets per group per tick feeds both the live view and the lag
+        recording (every topic: the recording keeps a group's %RETRY% queues too)."""
+        rows = []
         for name, group in list(self.state.groups.items()):
-            response = await self.admin.GetQueueOffsets(
-                lab.QueueOffsetsRequest(topic=group.topic, group=name), timeout=5)
-            self.state.set_offsets(name, response.ts or now_ms(), [
+            response = await self.admin.GetQueueOffsets(lab.QueueOffsetsRequest(group=name), timeout=5)
+            ts = response.ts or now_ms()
+            self.state.set_offsets(name, ts, [
                 {"label": f"{q.queue.broker_name}:{q.queue.queue_id}", "min_offset": q.min_offset,
                  "max_offset": q.max_offset, "committed_offset": q.committed_offset,
                  "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts, "inflight": q.inflight}
-                for q in response.queues
+                for q in response.queues if q.queue.topic == group.topic
             ])
+            if self._recorder is not None:
+                rows += self._snapshot_rows(name, ts, response.queues, self._queue_holders(name))
+        if rows:
+            try:
+                await asyncio.to_thread(self._recorder.add_snapshot, rows)
+            except Exception:  # noqa: BLE001 - history is optional; the live view is not
+                log.exception("recording %d offset rows failed", len(rows))
 
     async def _poll_loop(self) -> None:
         while True:
@@ -299,21 +309,19 @@ class LabController:
                 except Exception:  # noqa: BLE001 - a layer hiccup loses one batch, not the loop
                     log.exception("publishing %d events failed", len(batch))
 
-    # -- lag history (dashboard/lag/recorder.py) -------------------------------------
+    # -- lag history (recorder.py) ----------------------------------------------------
 
     def _start_recorder(self) -> None:
-        """Record offsets and events as Parquet, when a root is given and the module is there."""
+        """Record offsets (from the offset polls) and events as Parquet, when a root is given."""
         if self.recorder_root is None:
             return
         try:
-            from dashboard.lag.recorder import BrokerSampler, Recorder
-        except ImportError:
-            return
+            from .recorder import Recorder, snapshot_rows
+        except ImportError as exc:   # no silent "history off": say what is missing
+            raise RuntimeError(f"lag history cannot be recorded: {exc} (install the project: make install)") from exc
         self._recorder = Recorder(self.recorder_root)
-        sampler = BrokerSampler(self.broker_address, self._recorder, lambda: list(self.state.groups),
-                                self._queue_holders, interval=self.poll_interval)
-        self._tasks += [asyncio.create_task(sampler.run(), name="lab-sampler"),
-                        asyncio.create_task(self._record_loop(), name="lab-recorder")]
+        self._snapshot_rows = snapshot_rows
+        self._tasks.append(asyncio.create_task(self._record_loop(), name="lab-recorder"))
 
     def _queue_holders(self, group_name: str) -> dict:
         """The sampler's view of a group: owner and cached figures per ``TOPIC@BROKER:QID``."""

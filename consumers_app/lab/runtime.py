@@ -5,7 +5,6 @@ to ``out`` as the plain lines the README shows.
 """
 import json
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from .controller import LabController
@@ -41,7 +40,7 @@ class LabRuntime:
 
     def __init__(self, broker_address: str, *, scenario: bool, out, url: str | None = None,
                  client_options: dict | None = None, pool_size: int = 2, broker=None,
-                 memory: LabMemory | None = None, fresh: bool = False):
+                 memory: LabMemory | None = None, fresh: bool = False, login_url=None):
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
             recorder_root=settings.DATA_DIR / "recordings", memory=memory)
@@ -51,6 +50,8 @@ class LabRuntime:
         self.scenario = scenario
         self.out = out
         self.url = url
+        # async () -> the URL to print; the web app knows how to log a user in, not the lab.
+        self.login_url = login_url
 
     def say(self, line: str) -> None:
         self.out.write(line)
@@ -85,12 +86,8 @@ class LabRuntime:
         return DEFAULT
 
     async def login_line(self) -> str:
-        try:
-            from dashboard.auth import issue_login_token
-        except ImportError:   # the web side without token login: plain URL
-            return f"Rebalance Lab is running: open {self.url}/"
-        token = await sync_to_async(issue_login_token)()   # it writes to the database
-        return f"Rebalance Lab is running: open {self.url}/login/?token={token}"
+        url = await self.login_url() if self.login_url is not None else f"{self.url}/"
+        return f"Rebalance Lab is running: open {url}"
 
     async def stop(self) -> None:
         self.say("stopping workers…")

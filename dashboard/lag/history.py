@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from .job import STATE_FILE, TABLE_HAS_RES, list_recordings
-from .recorder import EVENTS, SNAPSHOTS
+from consumers_app.lab.recorder import EVENTS, SNAPSHOTS
 
 RESOLUTIONS = ("10s", "1m")
 _PARTITIONS = {

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import status as status_rules
-from .recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS
+from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS
 
 MINUTE = 60_000
 HOUR = 3_600_000

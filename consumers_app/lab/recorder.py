@@ -250,23 +250,28 @@ class BrokerSampler:
 
     @staticmethod
     def rows_for(group: str, ts: int, queues, state: dict) -> list[dict]:
-        def queue_state(q):
-            ref = q.queue
-            return state.get(f"{ref.topic}@{ref.broker_name}:{ref.queue_id}") or state.get(
-                f"{ref.broker_name}:{ref.queue_id}")
+        return snapshot_rows(group, ts, queues, state)
 
-        topics = {q.queue.topic for q in queues if q.committed_offset >= 0 or queue_state(q)}
-        rows = []
-        for q in queues:
-            if q.queue.topic not in topics:
-                continue
-            s = queue_state(q) or {}
-            rows.append({
-                "ts": ts, "group": group, "topic": q.queue.topic, "broker": q.queue.broker_name,
-                "queue_id": q.queue.queue_id, "broker_min_offset": q.min_offset,
-                "broker_max_offset": q.max_offset, "consumer_offset": q.committed_offset,
-                "owner": s.get("owner") or None, "cached_count": int(s.get("cached_count") or 0),
-                "cached_bytes": int(s.get("cached_bytes") or 0), "inflight": q.inflight,
-                "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts,
-            })
-        return rows
+
+def snapshot_rows(group: str, ts: int, queues, state: dict) -> list[dict]:
+    """One tick's rows for a group: GetQueueOffsets' queues joined with who holds them."""
+    def queue_state(q):
+        ref = q.queue
+        return state.get(f"{ref.topic}@{ref.broker_name}:{ref.queue_id}") or state.get(
+            f"{ref.broker_name}:{ref.queue_id}")
+
+    topics = {q.queue.topic for q in queues if q.committed_offset >= 0 or queue_state(q)}
+    rows = []
+    for q in queues:
+        if q.queue.topic not in topics:
+            continue
+        s = queue_state(q) or {}
+        rows.append({
+            "ts": ts, "group": group, "topic": q.queue.topic, "broker": q.queue.broker_name,
+            "queue_id": q.queue.queue_id, "broker_min_offset": q.min_offset,
+            "broker_max_offset": q.max_offset, "consumer_offset": q.committed_offset,
+            "owner": s.get("owner") or None, "cached_count": int(s.get("cached_count") or 0),
+            "cached_bytes": int(s.get("cached_bytes") or 0), "inflight": q.inflight,
+            "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts,
+        })
+    return rows

@@ -10,6 +10,7 @@
 """
 import sys
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -19,6 +20,7 @@ from consumers_app.lab.lifeline import DataDirInUse, DataDirLock
 from consumers_app.lab.persistence import LabMemory
 from consumers_app.lab.runtime import LabRuntime, parse_client_options
 from consumers_app.lab.webserver import run_web
+from dashboard.auth import issue_login_token
 
 
 class Command(BaseCommand):
@@ -54,7 +56,8 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             runtime = LabRuntime(settings.LAB_BROKER, scenario=not no_scenario, out=self.stdout, url=url,
                                  client_options=client_options, pool_size=workers,
-                                 broker=self.broker_process(broker_arg), memory=LabMemory(), fresh=fresh)
+                                 broker=self.broker_process(broker_arg), memory=LabMemory(), fresh=fresh,
+                                 login_url=lambda: self.login_url(url))
             ok = run_web(host, port, on_start=runtime.start, on_stop=runtime.stop)
         finally:
             lock.release()
@@ -67,6 +70,11 @@ class Command(BaseCommand):
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbroker", "--host", broker_host,
                 "--port", broker_port, "--data-dir", str(settings.LAB_BROKER_DATA_DIR), *extra_args]
         return BrokerProcess(argv, settings.LAB_BROKER, cwd=settings.BASE_DIR, out=self.stdout)
+
+    @staticmethod
+    async def login_url(url: str) -> str:
+        token = await sync_to_async(issue_login_token)()   # it writes to the database
+        return f"{url}/login/?token={token}"
 
     def say(self, line: str) -> None:
         self.stdout.write(line)
