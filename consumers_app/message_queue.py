@@ -1,4 +1,9 @@
-"""MessageQueue: (topic, broker name, queue id), ordered as RocketMQ orders it."""
+"""MessageQueue: (topic, broker name, queue id), ordered as RocketMQ orders it.
+
+Inside Python a queue is a MessageQueue; the string ``BROKER:QUEUE_ID`` (its ``label``)
+exists only at the edges (JSON, Parquet, the page) and is parsed here, in
+``parse_label``, and nowhere else.
+"""
 from dataclasses import dataclass
 from functools import total_ordering
 
@@ -31,7 +36,16 @@ class MessageQueue:
 
     @classmethod
     def from_label(cls, topic: str, label: str) -> "MessageQueue":
-        broker, _, qid = label.rpartition(":")
-        if not broker or not qid.lstrip("-").isdigit():
-            raise ValueError(f"not a queue label BROKER:QUEUE_ID: {label!r}")
-        return cls(topic, broker, int(qid))
+        return cls(topic, *parse_label(label))
+
+
+def parse_label(label: str) -> tuple[str, int]:
+    """``"BROKER:QUEUE_ID"`` -> (broker name, queue id); ValueError if it is not one."""
+    broker, _, qid = label.rpartition(":")
+    if not broker or not qid.lstrip("-").isdigit():
+        raise ValueError(f"not a queue label BROKER:QUEUE_ID: {label!r}")
+    return broker, int(qid)
+
+
+def broker_of(label: str) -> str:
+    return parse_label(label)[0]

@@ -97,7 +97,7 @@ def balanced_as(lab, strategy, group="GID_LAB"):
     """The group's assignments as ``strategy`` computes them for its live members."""
     view = group_view(lab.state.snapshot(), group)
     members = live_members(lab, group)
-    labels = [x for x in lab.state.topics["TopicTest"] if lab.state.brokers[x.rpartition(":")[0]]]
+    labels = [x for x in lab.state.topics["TopicTest"] if lab.state.brokers[broker_of(x)]]
     assignments = {c: sorted(q) for c, q in view["assignments"].items()}
     return (sorted(view["members"]) == sorted(members) and not view["ownership_issues"]
             and assignments == expected_assignments(strategy, members, labels))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..javastr import java_hash
+from ..message_queue import parse_label
 from ..protocol import lab, v2
 from . import messages as M
 from .delay import SCHEDULE_TOPIC, DelayService
@@ -190,11 +191,12 @@ class BrokerCore:
         """Which queue a message goes to: an explicit ``BROKER:QID``, the message-group
         hash (fifo, as the proxy's SendMessageQueueSelector), else round robin."""
         if target:
-            broker, _, qid = target.rpartition(":")
-            if not broker or not qid.lstrip("-").isdigit():
-                raise BrokerError(Code.BAD_REQUEST, f"bad target queue {target!r}: expected BROKER:QUEUE_ID")
-            self.require_queue(topic, broker, int(qid))
-            return (topic, broker, int(qid))
+            try:
+                broker, qid = parse_label(target)
+            except ValueError:
+                raise BrokerError(Code.BAD_REQUEST, f"bad target queue {target!r}: expected BROKER:QUEUE_ID") from None
+            self.require_queue(topic, broker, qid)
+            return (topic, broker, qid)
         queues = self.topics.queues_of(topic)
         if not queues:
             raise BrokerError(Code.FORBIDDEN, f"no writable queue for topic {topic!r}: its brokers are offline")

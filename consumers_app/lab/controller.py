@@ -34,6 +34,7 @@ import grpc
 
 from consumers_app import allocate
 from consumers_app.events import make_event, now_ms
+from consumers_app.message_queue import broker_of
 from consumers_app.protocol import lab, lab_grpc
 
 from . import bus
@@ -123,7 +124,7 @@ class LabController:
             await self._channel.close()
 
     async def run_scenario(self, scenario: Scenario) -> None:
-        existing = {t: {x.rpartition(":")[0] for x in labels} for t, labels in self.state.topics.items()}
+        existing = {t: {broker_of(x) for x in labels} for t, labels in self.state.topics.items()}
         for topic, per_broker in scenario.topics.items():
             for broker, count in per_broker.items():
                 if broker not in existing.get(topic, ()):
@@ -156,7 +157,7 @@ class LabController:
         topics: dict[str, dict[str, int]] = {}
         for topic, labels in self.state.topics.items():
             for label in labels:
-                broker = label.rpartition(":")[0]
+                broker = broker_of(label)
                 topics.setdefault(topic, {}).setdefault(broker, 0)
                 topics[topic][broker] += 1
         groups = []
@@ -464,10 +465,10 @@ class LabController:
             raise bus.LabError("delta must not be 0")
         labels = self.state.topics[topic]
         if broker is None:   # the topic's first broker, in MessageQueue order
-            broker = labels[0].rpartition(":")[0] if labels else None
+            broker = broker_of(labels[0]) if labels else None
         if broker not in self.state.brokers:
             raise bus.LabError(f"unknown broker {broker!r}; known: {', '.join(sorted(self.state.brokers))}")
-        on_broker = sum(1 for x in labels if x.rpartition(":")[0] == broker)
+        on_broker = sum(1 for x in labels if broker_of(x) == broker)
         if delta < 0 and -delta > on_broker:
             raise bus.LabError(f"{topic} has only {on_broker} queue(s) on {broker}; cannot remove {-delta}")
         if len(labels) + delta < 1:

@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from consumers_app.javastr import java_key
+from consumers_app.message_queue import broker_of, parse_label
 
 # Figures that describe "now" and are superseded by the next report: only the latest
 # one per (type, group, client, queue) within a flush reaches the browsers.
@@ -35,8 +36,8 @@ def sort_ids(ids) -> list[str]:
 def sort_labels(labels) -> list[str]:
     """Queue labels in MessageQueue order (broker name, then numeric queue id)."""
     def key(label):
-        broker, _, qid = label.rpartition(":")
-        return (java_key(broker), int(qid))
+        broker, qid = parse_label(label)
+        return (java_key(broker), qid)
     return sorted(labels, key=key)
 
 
@@ -283,8 +284,8 @@ class LabState:
         for client_id, assigned in group.assignments.items():
             for label in assigned:
                 if label.endswith(":-1"):
-                    broker = label.rpartition(":")[0]
-                    covered = [x for x in labels if x.rpartition(":")[0] == broker]
+                    broker = broker_of(label)
+                    covered = [x for x in labels if broker_of(x) == broker]
                 else:
                     covered = [label]
                 for x in covered:
@@ -313,7 +314,7 @@ class LabState:
             }
             # Exactly-once ownership holds for readable queues (of an online broker) in the
             # queue-owning modes only: pop shares queues.
-            readable = label in self.topics.get(group.topic, []) and self.brokers.get(label.rpartition(":")[0], True)
+            readable = label in self.topics.get(group.topic, []) and self.brokers.get(broker_of(label), True)
             if group.mode != "pop" and readable and len(held_by) != 1:
                 issues[label] = "unowned" if not held_by else "shared"
         clients = {
