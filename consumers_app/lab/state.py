@@ -23,7 +23,7 @@ from consumers_app.message_queue import broker_of, parse_label
 
 # Figures that describe "now" and are superseded by the next report: only the latest
 # one per (type, group, client, queue) within a flush reaches the browsers.
-COALESCED_TYPES = frozenset({"pq", "flow_control", "offset"})
+COALESCED_TYPES = frozenset({"pq", "flow_control"})   # "offset" carries only changed labels: never drop one
 
 LOG_LENGTH = 50
 

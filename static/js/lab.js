@@ -213,7 +213,10 @@
         }
         break;
       case "offset":
-        if (g && e.queue && g.queues[e.queue]) Object.assign(g.queues[e.queue], pick(e, ["lag", "time_lag_ms", "committed_offset", "max_offset"]));
+        // What the clients emit: {topic, offsets: {label: committed offset}} (changed ones only).
+        if (g && e.offsets && (!e.topic || e.topic === g.topic)) {
+          for (const [label, offset] of Object.entries(e.offsets)) if (g.queues[label]) g.queues[label].committed_offset = offset;
+        }
         break;
       case "pop":
         if (g && (e.action || "received") === "received") {
@@ -263,8 +266,6 @@
     }
     scheduleRender();
   }
-
-  const pick = (obj, keys) => Object.fromEntries(keys.filter((k) => k in obj).map((k) => [k, obj[k]]));
 
   // ------------------------------------------------------------------ rendering
 
