@@ -4,8 +4,8 @@ mid-test and blur the hand-over being checked)."""
 from collections import Counter
 
 from consumers_app.client import ConsumeFromWhere, MessageModel, PushConsumer, PushConsumerConfig
-from tests.support import async_wait_until
-from tests.test_client_push import LABELS, TOPIC, Recorder, owned_exactly_once, produce, push
+from tests.support import async_wait_until, produce
+from tests.test_client_push import LABELS, TOPIC, Recorder, owned_exactly_once, push
 
 
 async def test_orderly_per_queue_order_holds_across_rebalance(broker):
@@ -23,7 +23,7 @@ async def test_orderly_per_queue_order_holds_across_rebalance(broker):
         c.set_slow(5)  # slow enough that the rebalance lands mid-stream
         await c.start()
     await async_wait_until(lambda: owned_exactly_once(first), timeout=20, message="orderly shared by 2")
-    sent = await produce(addr, 4_000)
+    sent = await produce(addr, TOPIC, 4_000)
     await async_wait_until(lambda: len(rec.ids) >= 500, timeout=30, message="some consumed")
     joiner = orderly("o2")
     await joiner.start()
@@ -31,7 +31,7 @@ async def test_orderly_per_queue_order_holds_across_rebalance(broker):
     await async_wait_until(lambda: owned_exactly_once(everyone), timeout=30, message="orderly shared by 3")
     for c in first:
         c.set_slow(0)
-    sent |= await produce(addr, 2_000)
+    sent |= await produce(addr, TOPIC, 2_000)
     await async_wait_until(lambda: sent <= set(rec.ids), timeout=60, message="all consumed")
     assert rec.by_consumer["o2"] > 0, "the joiner took queues over"
 
@@ -68,7 +68,7 @@ async def test_broadcasting_every_consumer_gets_every_message(broker, tmp_path):
         await c.start()
     await async_wait_until(lambda: all(len(c.snapshot()["assignments"]) == 8 for c in consumers),
                            timeout=20, message="each owns all 8 queues")
-    sent = await produce(addr, 2_000)
+    sent = await produce(addr, TOPIC, 2_000)
     for rec in recs:
         await async_wait_until(lambda rec=rec: sent <= set(rec.ids), timeout=30, message="every message to each")
     for c in consumers:

@@ -16,7 +16,7 @@ from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.lab import bus
 from consumers_app.lab.controller import LabController
 from consumers_app.lab.scenario import DEFAULT
-from consumers_app.message_queue import MessageQueue
+from consumers_app.message_queue import MessageQueue, broker_of
 
 from .brokers import BrokerProcess
 from .support import async_wait_until
