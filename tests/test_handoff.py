@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from consumers_app.client import (ConsumeFromWhere, ConsumeResult, LitePullConsumerConfig, PopConsumerConfig,
-                                  PushConsumer, PushConsumerConfig)
+from consumers_app.client import (ConsumeFromWhere, ConsumeResult, LitePullConsumerConfig, MessageModel,
+                                  PopConsumerConfig, PushConsumer, PushConsumerConfig)
 from consumers_app.client.connection import Connection, resource
 from consumers_app.client.lite_pull_consumer import LitePullConsumer
 from consumers_app.client.pop_consumer import PopConsumer
@@ -233,7 +233,6 @@ async def test_empty_queue_or_member_lists_keep_the_assignment():
 
     class Consumer:
         group, client_id, orderly = "G", "c1", False
-        from consumers_app.client.config import MessageModel
         message_model = MessageModel.CLUSTERING
         subscriptions = {"T": "*"}
         topic_queues = {"T": []}

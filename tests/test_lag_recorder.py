@@ -5,7 +5,7 @@ import json
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from consumers_app.lab.recorder import BrokerSampler, Recorder
+from consumers_app.lab.recorder import BrokerSampler, Recorder, snapshot_rows
 
 T0 = 1_767_265_080_000  # 2026-01-01T10:58:00Z
 
@@ -58,7 +58,7 @@ def test_sampler_rows_keep_the_groups_topics_and_merge_consumer_state():
                                max_offset=10, committed_offset=4 if i == 0 else -1) for i in range(2)]
     queues.append(lab.QueueOffsets(queue=lab.QueueRef(topic="Other", broker_name="broker-a", queue_id=0),
                                    max_offset=7, committed_offset=-1))
-    rows = BrokerSampler.rows_for("G", 99, queues, {"broker-a:1": {"owner": "c2", "cached_count": 3, "cached_bytes": 9}})
+    rows = snapshot_rows("G", 99, queues, {"broker-a:1": {"owner": "c2", "cached_count": 3, "cached_bytes": 9}})
     assert [(r["topic"], r["queue_id"], r["consumer_offset"], r["owner"], r["cached_count"]) for r in rows] == [
         ("T", 0, 4, None, 0), ("T", 1, -1, "c2", 3)]
 

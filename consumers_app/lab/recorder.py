@@ -13,10 +13,14 @@ clean stop). A file is written under a dot-name and renamed into place, so a rea
 (Spark ignores dot-files) never sees half a file. The lag job relies on the
 file-name minute to know which windows new files touch.
 
-Controller API (the lab controller owns the instances)::
+The lab controller owns a Recorder and feeds it from its own once-a-tick offset poll::
 
     recorder = Recorder(settings.DATA_DIR / "recordings")
     recorder.add_event(event)                # every event it hears (a dict as in events.py)
+    recorder.add_snapshot(snapshot_rows(group, ts, GetQueueOffsets(group=G).queues, holders))
+
+``BrokerSampler`` does the same polling on its own, for recording without a lab::
+
     sampler = BrokerSampler(broker_address,  # "host:port" of the broker's LabAdmin service
                             recorder,
                             groups,          # callable () -> iterable of group names (may be async)
@@ -245,12 +249,8 @@ class BrokerSampler:
         for group in list(await _maybe_await(self.groups())):
             response = await stub.GetQueueOffsets(lab.QueueOffsetsRequest(group=group), timeout=self.timeout)
             state = await _maybe_await(self.consumer_state(group)) or {}
-            rows.extend(self.rows_for(group, ts, response.queues, state))
+            rows.extend(snapshot_rows(group, ts, response.queues, state))
         return rows
-
-    @staticmethod
-    def rows_for(group: str, ts: int, queues, state: dict) -> list[dict]:
-        return snapshot_rows(group, ts, queues, state)
 
 
 def snapshot_rows(group: str, ts: int, queues, state: dict) -> list[dict]:
