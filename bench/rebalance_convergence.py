@@ -74,8 +74,8 @@ class Convergence:
         if self.waiter is not None and not self.waiter.done() and self.converged():
             self.waiter.set_result(time.perf_counter())
 
-    def on_event(self, event: dict) -> None:
-        if event["type"] == "assignment" and event["group"] == self.group:
+    def on_event(self, event) -> None:
+        if event.type == "assignment" and event.group == self.group:
             self.check()
 
 

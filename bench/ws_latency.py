@@ -36,6 +36,7 @@ def now_us() -> int:
 async def publish_when_ready(clients: int, rate: float, seconds: float, batch_ms: float) -> None:
     """Answer the sockets' snapshot requests; once all `clients` asked, publish for `seconds`."""
     from consumers_app.events import make_event
+    from consumers_app.message_queue import MessageQueue
     from consumers_app.lab import bus
     from tests.fake_lab import FakeLab
 
@@ -61,15 +62,16 @@ async def publish_when_ready(clients: int, rate: float, seconds: float, batch_ms
     while time.monotonic() < deadline:
         batch = []
         for _ in range(per_batch):
-            batch.append(make_event("pq", "GID_BENCH", "bench", queue=f"broker-a:{seq % 8}", seq=seq,
-                                    cached_count=seq % 1000, created_us=now_us()))
+            event = make_event("pq", "GID_BENCH", "bench", topic="TopicBench",
+                               queue=MessageQueue("TopicBench", "broker-a", seq % 8), cached_count=seq % 1000)
+            batch.append({**event.to_dict(), "seq": seq, "created_us": now_us()})   # + the bench's stamps
             seq += 1
         if time.monotonic() >= next_snapshot:
             next_snapshot = time.monotonic() + 1.0
             batch.append(snapshot)
         await bus.publish(batch)
         await asyncio.sleep(batch_ms / 1000)   # the controller's flush interval
-    await bus.publish([make_event("fault", "GID_BENCH", "bench", fault=DONE, sent=seq)])
+    await bus.publish([{**make_event("fault", "GID_BENCH", "bench", fault=DONE).to_dict(), "sent": seq}])
     server.cancel()
 
 

@@ -4,6 +4,7 @@
     redeem_login_token(token)         -> User | None   (works once, before it expires)
     issue_api_token("alice")          -> "…"   (manage.py createtoken alice)
     user_for_api_token(token)         -> User | None
+    caller(request, write=...)        -> User | None, or raises Refused(status, message)
 
 Users are created on demand (without a usable password) so a fresh lab needs no setup.
 """
@@ -11,7 +12,9 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 
 from .models import ApiToken, LoginToken
@@ -56,3 +59,43 @@ def issue_api_token(username: str) -> str:
 def user_for_api_token(token: str):
     row = ApiToken.objects.select_related("user").filter(digest=digest(token), user__is_active=True).first()
     return row.user if row else None
+
+
+# ---------------------------------------------------------------- who is calling
+
+class Refused(Exception):
+    """The caller may not go on: ``status`` (401/403) and a message saying what to do."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# The CSRF check Django's middleware would have made, run by hand for session callers
+# only (the views are csrf_exempt so that token callers, who send no cookie, pass).
+_csrf_check = CsrfViewMiddleware(lambda request: None)
+
+
+def caller(request, *, write: bool):
+    """The user behind a request to the API or the history pages (sync: run it in a
+    thread from async views). ``Authorization: Token <api token>`` names a user and needs
+    no CSRF token; a session user needs one to write. None: an anonymous reader, allowed
+    when ``DASHBOARD_PUBLIC_READ``. Anything else raises Refused."""
+    header = request.headers.get("Authorization")
+    if header is not None:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "token" or not token.strip():
+            raise Refused(401, "the Authorization header must read 'Token <api token>'")
+        user = user_for_api_token(token.strip())
+        if user is None:
+            raise Refused(401, "unknown API token (create one with: manage.py createtoken USERNAME)")
+        return user
+    user = request.user
+    if not user.is_authenticated:
+        if not write and settings.DASHBOARD_PUBLIC_READ:
+            return None
+        raise Refused(401, "authentication required: log in, or send 'Authorization: Token <api token>'")
+    if write and _csrf_check.process_view(request, None, (), {}) is not None:
+        raise Refused(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
+    return user

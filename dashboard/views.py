@@ -11,8 +11,10 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from consumers_app.allocate import STRATEGY_NAMES
 from consumers_app.lab import bus
-
 from consumers_app.lab.actions import CONSUMER_ACTIONS, MODES
+from consumers_app.lab.peers import available_clients
+
+from . import auth
 from .auth import redeem_login_token
 from .throttle import Limiter
 
@@ -33,12 +35,15 @@ async def healthz(request):
 
 
 def readable(view):
-    """Login required, unless DASHBOARD_PUBLIC_READ=1 opens the pages (control still needs a user)."""
+    """Who may read is dashboard.auth.caller's decision (a user, or anyone when
+    DASHBOARD_PUBLIC_READ=1; control still needs a user); a refused page goes to the login."""
     @wraps(view)
     def wrapper(request, *args, **kwargs):
-        if settings.DASHBOARD_PUBLIC_READ or request.user.is_authenticated:
-            return view(request, *args, **kwargs)
-        return redirect_to_login(request.get_full_path())
+        try:
+            auth.caller(request, write=False)
+        except auth.Refused:
+            return redirect_to_login(request.get_full_path())
+        return view(request, *args, **kwargs)
     return wrapper
 
 
@@ -49,6 +54,7 @@ def live(request):
         "strategies": STRATEGY_NAMES,
         "modes": MODES,
         "consumer_actions": CONSUMER_ACTIONS,
+        "clients": available_clients(),
         "can_control": request.user.is_authenticated,
     })
 

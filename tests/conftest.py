@@ -4,6 +4,16 @@ import socket
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """TEST_ORDER=reversed runs each module's tests last to first: tests must not lean on
+    what an earlier test left behind (module fixtures are shared, their state is not)."""
+    if os.environ.get("TEST_ORDER") == "reversed":
+        by_module: dict = {}
+        for item in items:
+            by_module.setdefault(item.module, []).append(item)
+        items[:] = [item for tests in by_module.values() for item in reversed(tests)]
+
+
 def _reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1):

@@ -14,8 +14,9 @@ import asyncio
 import os
 
 from consumers_app.allocate import STRATEGY_NAMES, get_strategy, sort_for_allocation
-from consumers_app.events import make_event
+from consumers_app.events import make_event, now_ms
 from consumers_app.lab import bus
+from consumers_app.lab.state import LabState
 from consumers_app.message_queue import MessageQueue
 
 TOPIC = "TopicTest"
@@ -23,63 +24,67 @@ PQ_LIMIT = 1000   # pullThresholdForQueue
 
 
 class FakeLab:
+    """Keeps a real LabState: every event it makes is applied there, so its snapshot is
+    the real snapshot (one builder) and its events the real event types."""
+
     def __init__(self, consumers: int = 3, queues_per_broker: int = 4, tick: float | None = None):
         self.tick = tick
-        self.brokers = {"broker-a": True, "broker-b": True}
-        self.queues = {b: queues_per_broker for b in self.brokers}
-        self.rate = 100
-        self.groups = {"GID_LAB": {"strategy": "AVG", "mode": "push", "clients": {}}}
+        self.state = LabState()
+        self.queues = {"broker-a": queues_per_broker, "broker-b": queues_per_broker}
+        self.state.brokers = {b: True for b in self.queues}
+        self.state.producers[TOPIC] = {"rate": 100, "producer_id": "producer-1"}
+        self.state.broker_process.update(managed=True)
+        self.state.set_topic_queues(TOPIC, self.labels())
         self.cached: dict[tuple[str, str], int] = {}
         self.next_id = 1
-        self.log: list[dict] = []
+        self.requests: list[tuple[str, dict]] = []
+        self.state.add_group("GID_LAB", TOPIC, "push", "AVG")
         for _ in range(consumers):
             self._add("GID_LAB")
-        self.requests: list[tuple[str, dict]] = []
-        self.broker_process = {"up": True, "restarts": 0, "managed": True}
+        self._rebalanced("GID_LAB", "start")
+        self.state.drain()
+
+    @property
+    def groups(self):
+        return self.state.groups
+
+    @property
+    def broker_process(self) -> dict:
+        return self.state.broker_process
 
     # -- model -------------------------------------------------------------------
 
     def labels(self) -> list[str]:
-        mqs = [MessageQueue(TOPIC, b, q) for b, n in self.queues.items() if self.brokers[b] for q in range(n)]
+        mqs = [MessageQueue(TOPIC, b, q) for b, n in self.queues.items() if self.state.brokers[b]
+               for q in range(n)]
         return [mq.label for mq in sorted(mqs)]
+
+    def _emit(self, type: str, group: str = "", client_id: str = "", **fields) -> None:
+        self.state.apply(make_event(type, group, client_id, **fields))
 
     def _add(self, group: str) -> str:
         client_id = f"c{self.next_id}"
         self.next_id += 1
-        self.groups[group]["clients"][client_id] = {"status": "running", "mode": self.groups[group]["mode"],
-                                                     "slow_ms": 0, "fail_ratio": 0.0}
+        self.state.add_client(client_id, group, self.groups[group].mode).status = "running"
+        self._emit("membership", group, client_id, source="broker", reason="joined", joined=[client_id],
+                   members=self.alive(group))
         return client_id
 
     def alive(self, group: str) -> list[str]:
-        return [c for c, s in self.groups[group]["clients"].items() if s["status"] in ("running", "hung")]
+        return [c.client_id for c in self.state.clients.values() if c.group == group and c.alive]
 
-    def assignments(self, group: str) -> dict[str, list[str]]:
+    def assignments(self, group: str) -> dict[str, list[MessageQueue]]:
         g = self.groups[group]
         mqs, cids = sort_for_allocation([MessageQueue.from_label(TOPIC, x) for x in self.labels()], self.alive(group))
-        if g["mode"] == "pop":  # one assignment per broker, queue id -1: "pop from any queue"
-            return {c: [f"{b}:-1" for b in self.brokers if self.brokers[b]] for c in cids}
+        if g.mode == "pop":  # one assignment per broker, queue id -1: "pop from any queue"
+            return {c: [MessageQueue(TOPIC, b, -1) for b, on in self.state.brokers.items() if on] for c in cids}
         if not mqs or not cids:
             return {c: [] for c in cids}
-        strategy = get_strategy(g["strategy"])
-        return {c: [mq.label for mq in strategy.allocate(group, c, mqs, cids)] for c in cids}
+        strategy = get_strategy(g.strategy)
+        return {c: list(strategy.allocate(group, c, mqs, cids)) for c in cids}
 
     def snapshot(self) -> dict:
-        groups = {}
-        for name, g in self.groups.items():
-            assignments = self.assignments(name)
-            queues = {}
-            for label in self.labels():
-                owners = [c for c, ls in assignments.items() if label in ls]
-                cached = sum(self.cached.get((c, label), 0) for c in owners)
-                queues[label] = {"lag": cached, "cached_count": cached, "cached_bytes": cached * 1024,
-                                 "span": cached, "time_lag_ms": cached * 10, "owners": owners}
-            groups[name] = {"strategy": g["strategy"], "mode": g["mode"], "topic": TOPIC,
-                            "clients": {c: dict(s) for c, s in g["clients"].items()},
-                            "assignments": assignments, "queues": queues,
-                            "membership_log": [e for e in self.log if e["group"] == name]}
-        return {"type": "snapshot", "groups": groups, "topics": {TOPIC: self.labels()},
-                "brokers": {b: {"online": on} for b, on in self.brokers.items()},
-                "producers": {TOPIC: {"rate": self.rate}}, "broker_process": dict(self.broker_process)}
+        return self.state.snapshot()
 
     # -- requests (bus.serve handler) -----------------------------------------------
 
@@ -88,110 +93,103 @@ class FakeLab:
         method = getattr(self, f"do_{action}", None)
         if method is None:
             raise bus.LabError(f"unknown action {action!r}")
-        events: list[dict] = []
-        result = method(events, **params)
-        await bus.publish(events)
+        result = method(**params)
+        await self.publish()
         return result
+
+    async def publish(self) -> None:
+        await bus.publish([e.to_dict() for e in self.state.drain()])
 
     def _group(self, group):
         if group not in self.groups:
             raise bus.LabError(f"unknown group {group!r}")
         return self.groups[group]
 
-    def _rebalanced(self, events, group, reason):
-        for client_id, labels in self.assignments(group).items():
-            events.append(make_event("assignment", group, client_id, queues=labels,
-                                     strategy=self.groups[group]["strategy"], reason=reason))
-        events.append(make_event("rebalance", group, "", phase="end", reason=reason, duration_ms=3, changed=[]))
+    def _rebalanced(self, group, reason):
+        g = self.groups[group]
+        for client_id, mqs in self.assignments(group).items():
+            self._emit("assignment", group, client_id, topic=TOPIC, queues=mqs, strategy=g.strategy, reason=reason)
+        self._emit("rebalance", group, "", topic=TOPIC, phase="end", reason=reason, strategy=g.strategy, duration_ms=3,
+                   added=[], removed=[])
 
-    def do_state(self, events):
+    def do_state(self):
         return self.snapshot()
 
-    def do_health(self, events):
+    def do_health(self):
         return {"ok": self.broker_process["up"], "broker_process": dict(self.broker_process)}
 
-    def do_set_strategy(self, events, group, strategy):
+    def do_set_strategy(self, group, strategy):
         if strategy not in STRATEGY_NAMES:
             raise bus.LabError(f"unknown strategy {strategy!r}")
-        self._group(group)["strategy"] = strategy
-        self._rebalanced(events, group, "strategy changed")
+        self._group(group).strategy = strategy
+        self._rebalanced(group, "strategy changed")
         return self.snapshot()
 
-    def do_set_mode(self, events, group, mode):
-        self._group(group)["mode"] = mode
-        self._rebalanced(events, group, "mode changed")
+    def do_set_mode(self, group, mode):
+        self._group(group).mode = mode
+        for client in self.state.clients.values():
+            if client.group == group:
+                client.mode = mode
+        self._rebalanced(group, "mode changed")
         return self.snapshot()
 
-    def do_add_consumer(self, events, group, mode):
+    def do_add_consumer(self, group, mode):
         if group not in self.groups:
-            self.groups[group] = {"strategy": "AVG", "mode": mode, "clients": {}}
-        elif self.groups[group]["mode"] != mode:
-            raise bus.LabError(f"group {group} consumes in {self.groups[group]['mode']} mode")
+            self.state.add_group(group, TOPIC, mode, "AVG")
+        elif self.groups[group].mode != mode:
+            raise bus.LabError(f"group {group} consumes in {self.groups[group].mode} mode")
         client_id = self._add(group)
-        event = make_event("membership", group, client_id, change="joined", members=self.alive(group))
-        self.log.append(event)
-        events.append(event)
-        self._rebalanced(events, group, "membership changed")
+        self._rebalanced(group, "membership changed")
         return {"client_id": client_id, "state": self.snapshot()}
 
-    def do_consumer(self, events, client_id, action, ms=None, ratio=None):
-        group = next((n for n, g in self.groups.items() if client_id in g["clients"]), None)
-        if group is None:
+    def do_consumer(self, client_id, action, ms=None, ratio=None):
+        client = self.state.clients.get(client_id)
+        if client is None:
             raise bus.LabError(f"unknown consumer {client_id!r}")
-        client = self.groups[group]["clients"][client_id]
-        if client["status"] not in ("running", "hung"):
-            raise bus.LabError(f"consumer {client_id} is {client['status']}")
+        if not client.alive:
+            raise bus.LabError(f"consumer {client_id} is {client.status}")
+        group = client.group
         detail = {"ms": ms} if action == "slow" else {"ratio": ratio} if action == "fail" else {}
-        events.append(make_event("fault", group, client_id, fault=action, **detail))
+        self._emit("fault", group, client_id, fault=action, **detail)
         if action in ("stop", "kill"):
-            client["status"] = {"stop": "stopped", "kill": "killed"}[action]
-            change = make_event("membership", group, client_id, change="left" if action == "stop" else "expired",
-                                members=self.alive(group))
-            self.log.append(change)
-            events.append(change)
-            self._rebalanced(events, group, "membership changed")
-        elif action == "hang":
-            client["status"] = "hung"
-        elif action == "resume":
-            client["status"] = "running"
-        elif action == "slow":
-            client["slow_ms"] = ms
-        elif action == "fail":
-            client["fail_ratio"] = ratio
+            self.state.client_gone(client_id, {"stop": "stopped", "kill": "killed"}[action])
+            self._emit("membership", group, client_id, source="broker",
+                       reason="unregistered" if action == "stop" else "closed", left=[client_id],
+                       members=self.alive(group))
+            self._rebalanced(group, "membership changed")
         return self.snapshot()
 
-    def do_producer_rate(self, events, topic, rate):
+    def do_producer_rate(self, topic, rate):
         if topic != TOPIC:
             raise bus.LabError(f"unknown topic {topic!r}")
-        self.rate = rate
+        self.state.producers[TOPIC]["rate"] = rate
         return self.snapshot()
 
-    def do_producer_burst(self, events, topic, count):
+    def do_producer_burst(self, topic, count):
         if topic != TOPIC:
             raise bus.LabError(f"unknown topic {topic!r}")
         return self.snapshot()
 
-    def do_queues(self, events, topic, delta, broker=None):
+    def do_queues(self, topic, delta, broker=None):
         broker = broker or "broker-a"
         if topic != TOPIC or broker not in self.queues:
             raise bus.LabError(f"unknown topic or broker {topic!r}/{broker!r}")
         if self.queues[broker] + delta < 0:
             raise bus.LabError(f"{broker} has only {self.queues[broker]} queue(s)")
         self.queues[broker] += delta
-        events.append(make_event("broker", "", "", broker=broker, topic=topic, change="queues", delta=delta,
-                                 queues=self.labels()))
-        for group in self.groups:
-            self._rebalanced(events, group, "queues changed")
+        self._emit("broker", broker=broker, topic=topic, change="queues", delta=delta,
+                   queues=[MessageQueue.from_label(TOPIC, x) for x in self.labels()])
+        for group in list(self.groups):
+            self._rebalanced(group, "queues changed")
         return self.snapshot()
 
-    def do_broker(self, events, broker, online):
-        if broker not in self.brokers:
+    def do_broker(self, broker, online):
+        if broker not in self.queues:
             raise bus.LabError(f"unknown broker {broker!r}")
-        self.brokers[broker] = online
-        events.append(make_event("broker", "", "", broker=broker, online=online,
-                                 change="online" if online else "offline", topic=TOPIC, queues=self.labels()))
-        for group in self.groups:
-            self._rebalanced(events, group, "broker changed")
+        self._emit("broker", broker=broker, online=online, change="online" if online else "offline")
+        self.state.set_topic_queues(TOPIC, self.labels())
+        for group in list(self.groups):
+            self._rebalanced(group, "broker changed")
         return self.snapshot()
 
     # -- running -------------------------------------------------------------------
@@ -202,26 +200,30 @@ class FakeLab:
         try:
             while self.tick:
                 await asyncio.sleep(self.tick)  # noqa: sleep-ok - the fake's report interval, not a wait
-                await bus.publish(self.tick_events())
+                self.report()
+                await self.publish()
             await server
         finally:
             server.cancel()
 
-    def tick_events(self) -> list[dict]:
-        events = []
-        for group, g in self.groups.items():
-            for client_id, labels in self.assignments(group).items():
-                hung = g["clients"][client_id]["status"] == "hung"
-                for label in labels:
-                    key = (client_id, label)
-                    self.cached[key] = min(PQ_LIMIT, self.cached.get(key, 0) + 250) if hung else 0
-                    cached = self.cached[key]
-                    events.append(make_event("pq", group, client_id, queue=label, cached_count=cached,
-                                             cached_bytes=cached * 1024, span=cached, inflight=0))
+    def report(self) -> None:
+        """One tick: each queue's cache (growing while its owner hangs) and the broker's lag."""
+        for group in list(self.groups):
+            offsets = {}
+            for client_id, mqs in self.assignments(group).items():
+                hung = self.state.clients[client_id].status == "hung"
+                for mq in mqs:
+                    key = (client_id, mq.label)
+                    self.cached[key] = cached = min(PQ_LIMIT, self.cached.get(key, 0) + 250) if hung else 0
+                    offsets[mq.label] = cached
+                    self._emit("pq", group, client_id, topic=TOPIC, queue=mq, cached_count=cached,
+                               cached_bytes=cached * 1024, span=cached, inflight=0)
                     if cached >= PQ_LIMIT:
-                        events.append(make_event("flow_control", group, client_id, queue=label, reason="count",
-                                                 threshold=PQ_LIMIT, value=cached))
-        return events
+                        self._emit("flow_control", group, client_id, topic=TOPIC, queue=mq, reason="count",
+                                   threshold=PQ_LIMIT, value=cached)
+            self.state.set_offsets(group, now_ms(), [
+                {"label": label, "committed_offset": 0, "max_offset": lag, "min_offset": 0}
+                for label, lag in offsets.items()])
 
 
 if __name__ == "__main__":  # python -m tests.fake_lab  (a controller process on the configured layer)

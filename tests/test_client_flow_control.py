@@ -68,7 +68,7 @@ async def test_hung_listener_stops_the_queue_at_pull_threshold_for_queue(broker)
     # Pulling stops once the cache exceeds the threshold: at most one batch beyond it.
     assert 50 < figures["cached_count"] <= 50 + consumer.config.pull_batch_size
     event = emitter.recent("flow_control", reason="count")[-1]
-    assert event["threshold"] == 50 and event["value"] == figures["cached_count"]
+    assert event.threshold == 50 and event.value == figures["cached_count"]
     assert consumer.snapshot()["queues"]["broker-a:0"]["cached_count"] == figures["cached_count"], "stopped growing"
     assert consumer.snapshot()["flow_control_counts"]["count"] >= 3
 
@@ -106,7 +106,7 @@ async def test_one_stuck_message_stops_the_queue_at_max_span(broker):
         await async_wait_until(lambda: len(emitter.recent("flow_control", reason="span")) >= 3, timeout=20,
                                message="span flow control")
         event = emitter.recent("flow_control", reason="span")[-1]
-        assert event["threshold"] == 100 and 100 < event["value"] <= 100 + batch
+        assert event.threshold == 100 and 100 < event.value <= 100 + batch
         figures = consumer.snapshot()["queues"]["broker-a:0"]
         assert figures["pull_offset"] <= 100 + 2 * batch  # stopped one batch past the span
         assert figures["cached_count"] < 1_000 and not emitter.recent("flow_control", reason="count")

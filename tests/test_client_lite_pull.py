@@ -91,7 +91,7 @@ async def test_pull_threshold_for_all_holds(broker):
     # before pulling, so the cache ends at most one request per task past the limit.
     assert 100 < cached * batch <= 100 + 4 * batch
     event = emitter.recent("flow_control", reason="all")[-1]
-    assert event["threshold"] == 100 and event["value"] == cached * batch
+    assert event.threshold == 100 and event.value == cached * batch
     got = await poll_until(consumer, 2_000, timeout_ms=2000)
     assert len({m.message_id for m in got}) == 2_000  # drains completely once polled
     await consumer.shutdown()

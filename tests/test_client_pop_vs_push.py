@@ -75,7 +75,7 @@ async def test_pop_hung_consumer_messages_come_back_to_the_others(broker):
     assert not log.by_consumer["p0"], "the hung listener never returned"
     redelivered = sum(c.snapshot()["pop"].get("redelivered", 0) for c in consumers[1:])
     assert redelivered >= held > 0  # the hung one's messages came back after the invisible time
-    assert any(e["action"] == "redelivered" or e.get("redelivered") for e in emitter.recent("pop"))
+    assert any(e.redelivered for e in emitter.recent("pop", action="received"))
     print(f"\nPOP: hung consumer held {held} messages; the others got {redelivered} redeliveries; "
           f"{sum(n - 1 for n in log.counts.values())} duplicates")
     for c in consumers:

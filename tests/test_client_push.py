@@ -13,7 +13,7 @@ from consumers_app.client import (ConsumeFromWhere, ConsumeResult, MessageModel,
                                   PushConsumer, PushConsumerConfig)
 from consumers_app.allocate import get_strategy
 from consumers_app.client.rebalance import allocate
-from consumers_app.events import EventEmitter
+from consumers_app.events import EventEmitter, event_from_dict
 from consumers_app.message_queue import MessageQueue
 from tests.brokers import BrokerProcess
 from tests.support import async_wait_until, produce
@@ -97,9 +97,9 @@ async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fa
     await leaving.shutdown()
     await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20,
                            message="queues re-owned after a graceful leave")
-    left_events = [e for e in emitter.recent("membership") if e["client_id"] != leaving.client_id
-                   and leaving.client_id in e["left"]]
-    assert left_events and left_events[0]["reason"] == "left"
+    left_events = [e for e in emitter.recent("membership") if e.client_id != leaving.client_id
+                   and leaving.client_id in (e.left or ())]
+    assert left_events and left_events[0].reason == "left"
 
     sent |= await produce(addr, TOPIC, 10_000)
     await async_wait_until(lambda: sent <= set(rec.ids), timeout=60, message="all 20,000 consumed")
@@ -113,15 +113,16 @@ async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fa
 
     # The event stream the dashboard draws from (DESIGN.md schema).
     assignment = emitter.recent("assignment", client_id="c1")[-1]
-    assert assignment["strategy"] == "AVG" and assignment["reason"] == "shutdown" and assignment["queues"] == []
-    moves = [e for e in emitter.recent("assignment", client_id="c1") if e["reason"] == "left"]
-    assert moves and set(moves[-1]["queues"]) <= set(LABELS)
-    ends = [e for e in emitter.recent("rebalance") if e["phase"] == "end"]
-    assert ends and all("duration_ms" in e and "added" in e and "removed" in e for e in ends)
+    assert assignment.strategy == "AVG" and assignment.reason == "shutdown" and assignment.queues == []
+    moves = [e for e in emitter.recent("assignment", client_id="c1") if e.reason == "left"]
+    assert moves and {mq.label for mq in moves[-1].queues} <= set(LABELS)
+    ends = [e for e in emitter.recent("rebalance") if e.phase == "end"]
+    assert ends and all({"duration_ms", "added", "removed"} <= set(e.to_dict()) for e in ends)
     pq = emitter.recent("pq")[-1]
-    assert {"cached_count", "cached_bytes", "span", "inflight", "committed_offset", "pull_offset", "queue"} <= set(pq)
-    assert sum(e["ok"] for e in emitter.recent("consume")) > 0
-    assert any(e["offsets"] for e in emitter.recent("offset", client_id="c1"))
+    assert {"cached_count", "cached_bytes", "span", "inflight", "committed_offset", "pull_offset", "queue"} <= set(pq.to_dict())
+    assert event_from_dict(pq.to_dict()) == pq and pq.to_dict()["queue"] == pq.queue.label   # one serializer
+    assert sum(e.ok for e in emitter.recent("consume")) > 0
+    assert any(e.offsets for e in emitter.recent("offset", client_id="c1"))
 
 
 async def test_killed_consumer_leaves_at_once_and_a_cut_one_at_expiry(fast_broker):
@@ -137,8 +138,8 @@ async def test_killed_consumer_leaves_at_once_and_a_cut_one_at_expiry(fast_broke
     killed, cut, survivor = consumers
 
     def left_reasons(victim):
-        return {e["reason"] for e in emitter.recent("membership", client_id=survivor.client_id)
-                if victim.client_id in e["left"]}
+        return {e.reason for e in emitter.recent("membership", client_id=survivor.client_id)
+                if victim.client_id in (e.left or ())}
 
     await killed.abort()
     await async_wait_until(lambda: left_reasons(killed), timeout=10, message="the kill noticed")

@@ -80,12 +80,12 @@ class TimedEmitter(EventEmitter):
     def __init__(self):
         super().__init__()
         self.removed_at: dict[str, dict[str, float]] = {}
+        self.subscribe(self._note)
 
-    def emit(self, type, group, client_id, **fields):
-        if type == "rebalance" and fields.get("phase") == "end":
-            for label in fields.get("removed", []):
-                self.removed_at.setdefault(client_id, {}).setdefault(label, time.monotonic())
-        return super().emit(type, group, client_id, **fields)
+    def _note(self, event):
+        if event.type == "rebalance" and event.phase == "end":
+            for mq in event.removed or ():
+                self.removed_at.setdefault(event.client_id, {}).setdefault(mq.label, time.monotonic())
 
 
 async def member_ids(addr, group) -> list[str]:
@@ -232,7 +232,7 @@ async def test_empty_queue_or_member_lists_keep_the_assignment():
     mine = MessageQueue("T", "broker-a", 0)
 
     class Consumer:
-        group, client_id, orderly = "G", "c1", False
+        group, client_id, orderly, topic = "G", "c1", False, "T"
         message_model = MessageModel.CLUSTERING
         subscriptions = {"T": "*"}
         topic_queues = {"T": []}
@@ -268,6 +268,9 @@ async def test_offset_illegal_is_corrected_at_once(broker):
                                                                offset=1_000), metadata=conn.metadata, timeout=3)
     consumer = push(addr, "GID_ILLEGAL", "Illegal", "i1", log.listener("i1"))
     await consumer.start()
+    # Corrected before anything new arrives (else the correction rightly skips to the new end).
+    await async_wait_until(lambda: consumer.snapshot()["queues"].get("broker-a:0", {}).get("pull_offset") == 5,
+                           timeout=20, message="the pull offset corrected to the queue's end (5)")
     await produce(addr, "Illegal", 5)
     await async_wait_until(lambda: sorted(o for _, _, o, _ in log.consumed()) == [5, 6, 7, 8, 9], timeout=20,
                            message="consumed from the corrected offset (5) on")

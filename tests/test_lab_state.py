@@ -1,8 +1,15 @@
 """LabState: events in, snapshot and coalesced deltas out (no processes, no I/O)."""
-from consumers_app.events import make_event
+from consumers_app.events import PqEvent, event_from_dict
 from consumers_app.lab.state import LabState
 
 QUEUES = [f"broker-{b}:{q}" for b in "ab" for q in range(4)]
+
+
+def ev(type, group, client_id, **fields):
+    """An event in the JSON form a worker sends (queues as labels), read as the controller reads it."""
+    if type in ("pq", "flow_control", "assignment"):
+        fields.setdefault("topic", "TopicTest")
+    return event_from_dict({"type": type, "group": group, "client_id": client_id, **fields})
 
 
 def lab_with_group(clients=("c1", "c2", "c3"), mode="push") -> LabState:
@@ -15,7 +22,7 @@ def lab_with_group(clients=("c1", "c2", "c3"), mode="push") -> LabState:
 
 
 def assign(state, client_id, queues, strategy="AVG"):
-    state.apply(make_event("assignment", "GID_LAB", client_id, queues=queues, strategy=strategy, reason="test"))
+    state.apply(ev("assignment", "GID_LAB", client_id, queues=queues, strategy=strategy, reason="test"))
 
 
 def test_snapshot_has_the_contract_shape():
@@ -23,7 +30,7 @@ def test_snapshot_has_the_contract_shape():
     assign(state, "c1", QUEUES[0:3])
     assign(state, "c2", QUEUES[3:6])
     assign(state, "c3", QUEUES[6:8])
-    state.apply(make_event("pq", "GID_LAB", "c1", queue="broker-a:0", cached_count=7, cached_bytes=7000, span=9))
+    state.apply(ev("pq", "GID_LAB", "c1", queue="broker-a:0", cached_count=7, cached_bytes=7000, span=9))
     state.set_offsets("GID_LAB", 10_000, [
         {"label": "broker-a:0", "min_offset": 0, "max_offset": 100, "committed_offset": 60,
          "oldest_unconsumed_store_ts": 9_000, "inflight": 0},
@@ -74,7 +81,7 @@ def test_a_gone_consumer_owns_nothing_and_its_late_reports_are_ignored():
     assign(state, "c2", QUEUES[4:])
     state.client_gone("c2", "killed")
     assign(state, "c2", QUEUES[4:])       # still in flight when it died
-    state.apply(make_event("pq", "GID_LAB", "c2", queue="broker-b:0", cached_count=5))
+    state.apply(ev("pq", "GID_LAB", "c2", queue="broker-b:0", cached_count=5))
 
     group = state.snapshot()["groups"]["GID_LAB"]
     assert group["assignments"] == {"c1": QUEUES[:4]}
@@ -110,9 +117,9 @@ def test_client_snapshot_replaces_its_assignment_and_caches():
 
 def test_membership_sets_the_brokers_view_and_logs_the_brokers_changes():
     state = lab_with_group()
-    state.apply(make_event("membership", "GID_LAB", "c10", source="broker", reason="joined",
+    state.apply(ev("membership", "GID_LAB", "c10", source="broker", reason="joined",
                            joined=["c10"], left=[], members=["c2", "c10", "c1"]))
-    state.apply(make_event("membership", "GID_LAB", "c1", reason="joined",   # c1 heard it too
+    state.apply(ev("membership", "GID_LAB", "c1", reason="joined",   # c1 heard it too
                            joined=["c10"], left=[], members=["c2", "c10", "c1"]))
     group = state.snapshot()["groups"]["GID_LAB"]
     assert group["members"] == ["c1", "c10", "c2"]   # Java string order, as RocketMQ sorts ids
@@ -122,27 +129,27 @@ def test_membership_sets_the_brokers_view_and_logs_the_brokers_changes():
 def test_drain_keeps_the_latest_figures_and_every_story_event():
     state = lab_with_group()
     for count in (1, 2, 3):
-        state.apply(make_event("pq", "GID_LAB", "c1", queue="broker-a:0", cached_count=count))
-        state.apply(make_event("pq", "GID_LAB", "c1", queue="broker-a:1", cached_count=10 * count))
-        state.apply(make_event("flow_control", "GID_LAB", "c1", queue="broker-a:0", reason="count"))
-        state.apply(make_event("fault", "GID_LAB", "c1", fault="hang"))
+        state.apply(ev("pq", "GID_LAB", "c1", queue="broker-a:0", cached_count=count))
+        state.apply(ev("pq", "GID_LAB", "c1", queue="broker-a:1", cached_count=10 * count))
+        state.apply(ev("flow_control", "GID_LAB", "c1", queue="broker-a:0", reason="count"))
+        state.apply(ev("fault", "GID_LAB", "c1", fault="hang"))
     assign(state, "c1", QUEUES)
-    state.apply(make_event("membership", "GID_LAB", "c2", source="broker", reason="left", members=["c1"]))
+    state.apply(ev("membership", "GID_LAB", "c2", source="broker", reason="left", members=["c1"]))
 
     batch = state.drain()
 
-    pq = [(e["queue"], e["cached_count"]) for e in batch if e["type"] == "pq"]
+    pq = [(e.queue.label, e.cached_count) for e in batch if isinstance(e, PqEvent)]
     assert pq == [("broker-a:0", 3), ("broker-a:1", 30)]
-    assert len([e for e in batch if e["type"] == "flow_control"]) == 1
-    assert len([e for e in batch if e["type"] == "fault"]) == 3
-    assert [e["type"] for e in batch][-2:] == ["assignment", "membership"]
+    assert len([e for e in batch if e.type == "flow_control"]) == 1
+    assert len([e for e in batch if e.type == "fault"]) == 3
+    assert [e.type for e in batch][-2:] == ["assignment", "membership"]
     assert state.drain() == []
 
 
 def test_broker_events_update_brokers_and_queues():
     state = lab_with_group()
-    state.apply(make_event("broker", "", "", broker="broker-b", online=False, change="offline"))
-    state.apply(make_event("broker", "", "", broker="broker-a", topic="TopicTest", change="queues",
+    state.apply(ev("broker", "", "", broker="broker-b", online=False, change="offline"))
+    state.apply(ev("broker", "", "", broker="broker-a", topic="TopicTest", change="queues",
                            queues=QUEUES[:5]))
     snap = state.snapshot()
     assert snap["brokers"]["broker-b"] == {"online": False}
@@ -152,15 +159,15 @@ def test_broker_events_update_brokers_and_queues():
 
 def test_queues_of_an_offline_broker_are_nobodys_and_that_is_fine():
     state = lab_with_group(clients=("c1",))
-    state.apply(make_event("broker", "", "", broker="broker-b", online=False, change="offline"))
+    state.apply(ev("broker", "", "", broker="broker-b", online=False, change="offline"))
     assign(state, "c1", QUEUES[:4])
     assert state.snapshot()["groups"]["GID_LAB"]["ownership_issues"] == {}
 
 
 def test_the_last_rebalance_is_kept():
     state = lab_with_group()
-    state.apply(make_event("rebalance", "GID_LAB", "c1", phase="start", reason="joined"))
-    state.apply(make_event("rebalance", "GID_LAB", "c1", phase="end", reason="joined", duration_ms=3.5,
+    state.apply(ev("rebalance", "GID_LAB", "c1", phase="start", reason="joined"))
+    state.apply(ev("rebalance", "GID_LAB", "c1", phase="end", reason="joined", duration_ms=3.5,
                            added=["broker-a:0"], removed=[]))
     last = state.snapshot()["groups"]["GID_LAB"]["last_rebalance"]
     assert (last["client_id"], last["reason"], last["duration_ms"], last["added"]) == ("c1", "joined", 3.5,
@@ -169,8 +176,8 @@ def test_the_last_rebalance_is_kept():
 
 def test_faults_mark_the_consumer():
     state = lab_with_group()
-    state.apply(make_event("fault", "GID_LAB", "c2", fault="hang"))
-    state.apply(make_event("fault", "GID_LAB", "c3", fault="slow", ms=200))
+    state.apply(ev("fault", "GID_LAB", "c2", fault="hang"))
+    state.apply(ev("fault", "GID_LAB", "c3", fault="slow", ms=200))
     clients = state.snapshot()["groups"]["GID_LAB"]["clients"]
     assert clients["c2"]["status"] == "hung"
     assert clients["c3"]["slow_ms"] == 200

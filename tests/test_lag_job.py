@@ -70,13 +70,14 @@ def events(t: int) -> list[dict]:
     out = []
     if t == 120:
         out += [
-            {"ts": ts - 200, "type": "membership", "group": GROUP, "client_id": "c3", "change": "left"},
+            {"ts": ts - 200, "type": "membership", "group": GROUP, "client_id": "c3", "reason": "left",
+             "left": ["c3"], "source": "broker"},
             {"ts": ts - 100, "type": "rebalance", "group": GROUP, "client_id": "c1", "phase": "start"},
             {"ts": ts - 100, "type": "rebalance", "group": GROUP, "client_id": "c2", "phase": "start"},
             {"ts": ts + 400, "type": "rebalance", "group": GROUP, "client_id": "c1", "phase": "end",
-             "duration_ms": 500.4, "changed": ["broker-a:3"]},   # live clients report fractional ms
+             "duration_ms": 500.4, "added": ["broker-a:3"], "removed": []},   # live clients report fractional ms
             {"ts": ts + 600, "type": "rebalance", "group": GROUP, "client_id": "c2", "phase": "end",
-             "changed": ["broker-b:2", "broker-b:3"]},
+             "added": [], "removed": ["broker-b:2", "broker-b:3"]},
         ]
     if 30 <= t < 35:
         out.append({"ts": ts, "type": "flow_control", "group": GROUP, "client_id": "c2", "reason": "count",
@@ -92,7 +93,7 @@ def record(recorder, first: int, last: int) -> None:
     for t in range(first, last):
         recorder.add_snapshot(snapshot_rows(t))
         for e in events(t):
-            recorder.add_event(e)
+            recorder.add_event(event_from_dict(e))
 
 
 # -- expectation ---------------------------------------------------------------------
@@ -215,7 +216,7 @@ def expected(first: int, last: int) -> dict:
         elif e["type"] == "rebalance":
             start = e["ts"] - round(e["duration_ms"]) if "duration_ms" in e else starts[e["client_id"]]
             out["rebalances"].append({"client_id": e["client_id"], "start": start, "end": e["ts"],
-                                      "duration_ms": e["ts"] - start})
+                                      "duration_ms": e["ts"] - start, "changed": e["added"] + e["removed"]})
         elif e["type"] == "flow_control":
             for res, res_ms in (("10s", 10_000), ("1m", 60_000)):
                 key = (res, e["client_id"], e["reason"], e["ts"] - e["ts"] % res_ms)
@@ -237,6 +238,7 @@ from django.core.management.base import CommandError  # noqa: E402
 
 from dashboard.lag.history import LagHistory  # noqa: E402
 from dashboard.lag.job import JobParams, LagJob  # noqa: E402
+from consumers_app.events import event_from_dict  # noqa: E402
 from consumers_app.lab.recorder import Recorder  # noqa: E402
 from dashboard.lag.reports import CSV_COLUMNS  # noqa: E402
 
@@ -317,7 +319,8 @@ def test_job_figures_match_hand_computed_history(lab):
     assert {k[2] for k in got if k[:2] == ("broker-a", 3)} == {"c1", "c2"}
 
     rebalances = h.windows("rebalances", GROUP, end_col="end")
-    assert [{"client_id": r.client_id, "start": _ms(r.start), "end": _ms(r.end), "duration_ms": r.duration_ms}
+    assert [{"client_id": r.client_id, "start": _ms(r.start), "end": _ms(r.end), "duration_ms": r.duration_ms,
+             "changed": json.loads(r.changed)}
             for r in rebalances.sort_values("client_id").itertuples()] == expect["rebalances"]
 
     flow = h.windows("flow_control", GROUP)

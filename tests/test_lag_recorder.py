@@ -5,7 +5,9 @@ import json
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from consumers_app.events import make_event
 from consumers_app.lab.recorder import BrokerSampler, Recorder, snapshot_rows
+from consumers_app.message_queue import MessageQueue
 
 T0 = 1_767_265_080_000  # 2026-01-01T10:58:00Z
 
@@ -41,14 +43,15 @@ def test_memory_is_bounded_and_events_keep_their_fields(tmp_path):
     recorder = Recorder(tmp_path, max_rows=100)
     recorder.add_snapshot([_row(T0 + i, i % 8) for i in range(250)])  # one minute, 250 rows
     assert len(_files(tmp_path, "snapshots")) == 1  # a full buffer is written before the minute ends
-    recorder.add_event({"ts": T0 + 5, "type": "rebalance", "group": "G", "client_id": "c1", "phase": "end",
-                        "duration_ms": 12, "changed": ["broker-a:1"]})
+    recorder.add_event(make_event("rebalance", "G", "c1", ts=T0 + 5, topic="T", phase="end", duration_ms=12,
+                                  added=[MessageQueue("T", "broker-a", 1)], removed=[]))
     recorder.close()
     assert sum(pq.read_metadata(tmp_path / f).num_rows for f in _files(tmp_path, "snapshots")) == 250
     [event_file] = _files(tmp_path, "events")
     row = pq.read_table(tmp_path / event_file).to_pylist()[0]
     assert (row["ts"], row["type"], row["group"], row["client_id"]) == (T0 + 5, "rebalance", "G", "c1")
-    assert json.loads(row["fields"]) == {"phase": "end", "duration_ms": 12, "changed": ["broker-a:1"]}
+    assert json.loads(row["fields"]) == {"topic": "T", "phase": "end", "reason": "", "strategy": "", "duration_ms": 12,
+                                         "added": ["broker-a:1"], "removed": []}
 
 
 def test_sampler_rows_keep_the_groups_topics_and_merge_consumer_state():

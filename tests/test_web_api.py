@@ -137,6 +137,8 @@ async def test_producer_and_topology_actions(client, lab):
     ("/api/groups/GID_LAB/mode", {"mode": None}, "'mode' must be a non-empty string"),
     ("/api/groups/GID_LAB/consumers", {}, "missing field(s): mode"),
     ("/api/groups/GID_LAB/consumers", {"mode": "pull"}, "unknown mode 'pull'"),
+    ("/api/groups/GID_LAB/consumers", {"mode": "push", "client": "rocketmq-cobol"}, "unknown client 'rocketmq-cobol'"),
+    ("/api/groups/GID_LAB/consumers", {"mode": "push", "client": 3}, "'client' must be a non-empty string"),
     ("/api/consumers/c1/slow", {}, "missing field(s): ms"),
     ("/api/consumers/c1/slow", {"ms": "100"}, "'ms' must be an integer"),
     ("/api/consumers/c1/slow", {"ms": True}, "'ms' must be an integer"),
@@ -279,4 +281,4 @@ async def test_a_change_whose_caller_gave_up_is_never_applied(lab):
     # A later request is answered, so the expired one was seen (and dropped) first.
     await bus.request("set_mode", group="GID_LAB", mode="push")
     assert actions(lab, "set_strategy") == []
-    assert lab.groups["GID_LAB"]["strategy"] == "AVG"
+    assert lab.groups["GID_LAB"].strategy == "AVG"

@@ -1,7 +1,6 @@
 """What a flood or hostile input gets from the web side: JSON answers, nothing applied
 that was refused, rate limits per user and per address (issue: runs for days)."""
 import asyncio
-import json
 
 import pytest
 from channels.layers import get_channel_layer

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from consumers_app.events import make_event, now_ms
+from consumers_app.message_queue import MessageQueue
 from consumers_app.lab import bus
 from dashboard import consumers
 from dashboard.asgi import application
@@ -49,7 +50,9 @@ async def connected(query: str = "", headers=(ORIGIN, HOST)):
 
 
 def events(n: int, **fields) -> list[dict]:
-    return [make_event("pq", "GID_LAB", "c1", queue=f"broker-a:{i}", cached_count=i, **fields) for i in range(n)]
+    """pq events as the controller publishes them (the JSON form)."""
+    return [make_event("pq", "GID_LAB", "c1", topic="TopicTest", queue=MessageQueue("TopicTest", "broker-a", i),
+                       cached_count=i, **fields).to_dict() for i in range(n)]
 
 
 async def test_snapshot_first_then_one_event_per_frame(lab, token):

@@ -91,7 +91,8 @@ class ConsumerBase:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.faults = ListenerFaults()  # the lab's hang / slow / fail, read by consume threads
         self._fc_last_emit: dict[tuple, float] = {}
-        self._last_offsets: dict[str, int] = {}
+        self._last_offsets: dict[MessageQueue, int] = {}
+        self._last_pq: dict[MessageQueue, dict] = {}   # figures of the last pq event per queue
 
     # ------------------------------------------------------------------ events
 
@@ -105,7 +106,7 @@ class ConsumerBase:
         now = time.monotonic()
         if now - self._fc_last_emit.get(key, -1e9) >= self.config.flow_control_event_interval_ms / 1000:
             self._fc_last_emit[key] = now
-            self.emit("flow_control", queue=mq.label, topic=mq.topic, reason=fc.reason,
+            self.emit("flow_control", queue=mq, topic=mq.topic, reason=fc.reason,
                       threshold=fc.threshold, value=fc.value, times=self.flow_control_counts[fc.reason])
 
     # ------------------------------------------------------------------ tasks
@@ -267,7 +268,7 @@ class ConsumerBase:
                 if await self.refresh_routes():
                     # What the page times: a queue or broker change reaches us only here.
                     self.emit("route", topic=self.topic,
-                              queues=[mq.label for mq in self.topic_queues.get(self.topic) or ()])
+                              queues=list(self.topic_queues.get(self.topic) or ()))
                     self.on_route_changed()
             except asyncio.CancelledError:
                 raise
@@ -389,19 +390,16 @@ class ConsumerBase:
     def _emit_offsets(self, owned) -> None:
         """``offset`` event: the committed offsets (this topic) that moved since the last one."""
         owned = set(owned)
-        current = {mq.label: off for mq, off in self.offset_store.table.items()
+        current = {mq: off for mq, off in self.offset_store.table.items()
                    if mq in owned and mq.topic == self.topic}
         last = self._last_offsets
-        changed = {label: off for label, off in current.items() if last.get(label) != off}
+        changed = {mq: off for mq, off in current.items() if last.get(mq) != off}
         if changed:
             last.update(changed)
             self.emit("offset", topic=self.topic, offsets=changed)
 
     def _release_threads(self) -> None:
         self.faults.release()
-
-    def _reporting_loops(self):
-        return [self._consume_event_loop()]
 
     async def _consume_event_loop(self) -> None:
         interval = self.config.consume_event_interval_ms / 1000
@@ -410,3 +408,58 @@ class ConsumerBase:
             counts = self.stats.interval()
             if counts:
                 self.emit("consume", interval_ms=self.config.consume_event_interval_ms, **counts)
+
+    # ------------------------------------------------------------------ queues and snapshot
+    # One report for every client kind: each says which queues it holds (queue_figures)
+    # and what else describes it (snapshot_fields); the pq events and the snapshot follow.
+
+    @property
+    def strategy_name(self) -> str:
+        return self.rebalance_impl.strategy.name
+
+    @property
+    def assignments(self) -> list[MessageQueue]:
+        """The subscribed topic's queues this consumer owns."""
+        raise NotImplementedError
+
+    def queue_figures(self) -> dict[MessageQueue, dict]:
+        """Per queue held: the ``pq`` event fields (cached_count, cached_bytes, span, ...)."""
+        raise NotImplementedError
+
+    def forget_queue(self, mq: MessageQueue) -> None:
+        self._last_pq.pop(mq, None)
+
+    async def _pq_event_loop(self) -> None:
+        """A ``pq`` event per queue whose figures changed since its last one."""
+        interval = self.config.pq_event_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for mq, figures in self.queue_figures().items():
+                if self._last_pq.get(mq) != figures:
+                    self._last_pq[mq] = figures
+                    self.emit("pq", topic=mq.topic, queue=mq, **figures)
+
+    def snapshot_fields(self) -> dict:
+        """What only this kind of client reports (merged into ``snapshot()``)."""
+        return {}
+
+    def snapshot(self) -> dict:
+        """The consumer as the lab's worker reports it (queues keyed as in events: label,
+        or TOPIC/label for another topic's queue)."""
+        return {
+            "client_id": self.client_id,
+            "group": self.group,
+            "mode": self.mode,
+            "state": self.state,
+            "strategy": self.strategy_name,
+            "assignments": [mq.label for mq in self.assignments],
+            "queues": {events.queue_text(mq, self.topic): figures
+                       for mq, figures in sorted(self.queue_figures().items())},
+            "flow_control_counts": dict(self.flow_control_counts),
+            "consumed": self.stats.totals(),
+            "hung": self.hung,
+            "slow_ms": self.slow_ms,
+            "fail_ratio": self.fail_ratio,
+            "members": list(self.members),
+            **self.snapshot_fields(),
+        }

@@ -91,7 +91,6 @@ class LitePullConsumer(ConsumerBase):
         self.auto_consume = listener is not None if auto_consume is None else auto_consume
         self.executor = None
         self._next_auto_commit = 0.0
-        self._last_pq: dict[MessageQueue, dict] = {}
         if topic:
             self.subscribe(topic, tag_expression)
 
@@ -201,7 +200,7 @@ class LitePullConsumer(ConsumerBase):
             self.spawn(self.rebalance_impl.do_rebalance("strategy"))
 
     def emit_assignment(self, reason: str) -> None:
-        self.emit("assignment", topic=self.topic, queues=[mq.label for mq in self.assignments],
+        self.emit("assignment", topic=self.topic, queues=self.assignments,
                   strategy=self.rebalance_impl.strategy.name, reason=reason)
 
     def is_pull_expired(self, pq) -> bool:
@@ -229,7 +228,7 @@ class LitePullConsumer(ConsumerBase):
 
     def _drop_queue(self, mq) -> None:
         aq = self.assigned.pop(mq, None)
-        self._last_pq.pop(mq, None)
+        self.forget_queue(mq)
         if aq is None:
             return
         aq.pq.dropped = True
@@ -446,40 +445,15 @@ class LitePullConsumer(ConsumerBase):
                 continue
             self._emit_offsets(owned)
 
-    def queue_figures(self) -> dict:
-        out = {}
-        for mq, aq in self.assigned.items():
-            out[mq.label] = aq.pq.figures(self.offset_store.table.get(mq, -1) if self.offset_store else -1,
-                                          aq.pull_offset)
-        return out
+    def queue_figures(self) -> dict[MessageQueue, dict]:
+        store = self.offset_store
+        return {mq: aq.pq.figures(store.table.get(mq, -1) if store else -1, aq.pull_offset)
+                for mq, aq in list(self.assigned.items())}
 
-    async def _pq_event_loop(self) -> None:
-        interval = self.config.pq_event_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            for mq, aq in list(self.assigned.items()):
-                figures = aq.pq.figures(self.offset_store.table.get(mq, -1), aq.pull_offset)
-                if self._last_pq.get(mq) != figures:
-                    self._last_pq[mq] = figures
-                    self.emit("pq", topic=mq.topic, queue=mq.label, **figures)
-
-    def snapshot(self) -> dict:
+    def snapshot_fields(self) -> dict:
         return {
-            "client_id": self.client_id,
-            "group": self.group,
-            "mode": self.mode,
-            "state": self.state,
             "message_model": self.message_model.value,
-            "strategy": self.rebalance_impl.strategy.name,
             "subscription_type": self.subscription_type,
-            "assignments": [mq.label for mq in self.assignments],
             "paused": [mq.label for mq, aq in self.assigned.items() if aq.paused],
-            "queues": self.queue_figures(),
             "cached_requests": len(self.consume_request_cache),
-            "flow_control_counts": dict(self.flow_control_counts),
-            "consumed": self.stats.totals(),
-            "hung": self.hung,
-            "slow_ms": self.slow_ms,
-            "fail_ratio": self.fail_ratio,
-            "members": list(self.members),
         }

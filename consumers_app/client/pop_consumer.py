@@ -51,15 +51,14 @@ class PopConsumer(ConsumerBase):
                  *, emitter=None, tag_expression: str = "*", receive_concurrency: int = 1):
         config = config or PopConsumerConfig()
         super().__init__(group, topic, listener, config, emitter, tag_expression)
-        self.assignments_mq: list[MessageQueue] = []
+        self._assignments: list[MessageQueue] = []
         self.receive_concurrency = receive_concurrency
         self.inflight: Counter = Counter()            # assignment -> received, not acked
-        self.inflight_by_queue: Counter = Counter()   # "BROKER:QID" -> received, not acked
+        self.inflight_by_queue: Counter = Counter()   # MessageQueue -> received, not acked
         self.pop_counts: Counter = Counter()          # received / acked / ack_failed / nacked / redelivered
         self._receivers: dict[MessageQueue, list[asyncio.Task]] = {}
         self._capacity = Wakeup()
         self.pool = None
-        self._last_pq: dict[str, dict] = {}
 
     @property
     def strategy_name(self) -> str:
@@ -90,7 +89,7 @@ class PopConsumer(ConsumerBase):
 
     def _forget_assignments(self) -> None:
         """The broker's assignments are what we hold."""
-        self.assignments_mq = []
+        self._assignments = []
 
     def set_strategy(self, name: str, **options) -> None:
         """POP has no client-side allocation: the broker hands every member every queue."""
@@ -108,7 +107,7 @@ class PopConsumer(ConsumerBase):
 
     async def update_assignments(self) -> None:
         mqs = await self.query_assignment()
-        if mqs == self.assignments_mq:
+        if mqs == self._assignments:
             return
         for mq in [m for m in self._receivers if m not in mqs]:
             for task in self._receivers.pop(mq):
@@ -117,11 +116,11 @@ class PopConsumer(ConsumerBase):
             if mq not in self._receivers:
                 self._receivers[mq] = [self.spawn(self._receive_loop(mq), f"receive-{mq.label}")
                                        for _ in range(self.receive_concurrency)]
-        self.assignments_mq = mqs
+        self._assignments = mqs
         self.emit_assignment("assignment")
 
     def emit_assignment(self, reason: str) -> None:
-        self.emit("assignment", topic=self.topic, queues=[mq.label for mq in self.assignments_mq],
+        self.emit("assignment", topic=self.topic, queues=list(self._assignments),
                   strategy=self.strategy_name, reason=reason)
 
     async def _assignment_loop(self) -> None:
@@ -212,11 +211,11 @@ class PopConsumer(ConsumerBase):
         self.inflight[mq] += len(msgs)
         redelivered = 0
         for m in msgs:
-            self.inflight_by_queue[m.queue.label] += 1
+            self.inflight_by_queue[m.queue] += 1
             if m.delivery_attempt > 1:
                 redelivered += 1
         self.pop_counts["received"] += len(msgs)
-        self.emit("pop", action="received", queue=mq.label, count=len(msgs), redelivered=redelivered)
+        self.emit("pop", action="received", topic=mq.topic, queue=mq, count=len(msgs), redelivered=redelivered)
         if redelivered:
             self.pop_counts["redelivered"] += redelivered
 
@@ -241,7 +240,7 @@ class PopConsumer(ConsumerBase):
                 # Not acked; as the 5.x push-over-pop consumer, each gets a back-off
                 # (popDelayLevel by its reconsume times) instead of the full invisible time.
                 self.pop_counts["nacked"] += len(failed)
-                self.emit("pop", action="nacked", queue=mq.label, count=len(failed))
+                self.emit("pop", action="nacked", topic=mq.topic, queue=mq, count=len(failed))
                 self.spawn(self._back_off(mq, failed))
             if ok:
                 self.spawn(self._ack(mq, ok))
@@ -259,7 +258,7 @@ class PopConsumer(ConsumerBase):
             return
         self.inflight[mq] -= len(msgs)
         for m in msgs:
-            self.inflight_by_queue[m.queue.label] -= 1
+            self.inflight_by_queue[m.queue] -= 1
         self._capacity.set()
 
     async def _ack(self, mq, msgs) -> None:
@@ -273,42 +272,23 @@ class PopConsumer(ConsumerBase):
         acked = sum(results)
         self.pop_counts["acked"] += acked
         if acked:
-            self.emit("pop", action="acked", queue=mq.label, count=acked)
+            self.emit("pop", action="acked", topic=mq.topic, queue=mq, count=acked)
         if acked < len(msgs):
             # The invisible time ran out first (e.g. after a hang): someone else has it now.
             self.pop_counts["ack_failed"] += len(msgs) - acked
-            self.emit("pop", action="ack_failed", queue=mq.label, count=len(msgs) - acked)
+            self.emit("pop", action="ack_failed", topic=mq.topic, queue=mq, count=len(msgs) - acked)
 
     # ------------------------------------------------------------------ reporting
 
-    async def _pq_event_loop(self) -> None:
-        interval = self.config.pq_event_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            for label, figures in self.queue_figures().items():
-                if self._last_pq.get(label) != figures:
-                    self._last_pq[label] = figures
-                    self.emit("pq", topic=self.topic, queue=label, **figures)
+    def queue_figures(self) -> dict[MessageQueue, dict]:
+        # A queue stays listed until a zero has been reported for it once.
+        return {mq: {"cached_count": n, "cached_bytes": 0, "span": 0, "inflight": n,
+                     "committed_offset": -1, "pull_offset": -1}
+                for mq, n in sorted(self.inflight_by_queue.items()) if n or mq in self._last_pq}
 
-    def queue_figures(self) -> dict:
-        return {label: {"cached_count": n, "cached_bytes": 0, "span": 0, "inflight": n,
-                        "committed_offset": -1, "pull_offset": -1}
-                for label, n in sorted(self.inflight_by_queue.items()) if n or label in self._last_pq}
+    @property
+    def assignments(self) -> list[MessageQueue]:
+        return self._assignments
 
-    def snapshot(self) -> dict:
-        return {
-            "client_id": self.client_id,
-            "group": self.group,
-            "mode": self.mode,
-            "state": self.state,
-            "strategy": self.strategy_name,
-            "assignments": [mq.label for mq in self.assignments_mq],
-            "queues": self.queue_figures(),
-            "inflight": sum(self.inflight.values()),
-            "pop": dict(self.pop_counts),
-            "flow_control_counts": dict(self.flow_control_counts),
-            "consumed": self.stats.totals(),
-            "hung": self.hung,
-            "slow_ms": self.slow_ms,
-            "fail_ratio": self.fail_ratio,
-        }
+    def snapshot_fields(self) -> dict:
+        return {"inflight": sum(self.inflight.values()), "pop": dict(self.pop_counts)}

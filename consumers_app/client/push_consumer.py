@@ -79,7 +79,6 @@ class PushConsumer(ConsumerBase):
         self.offset_store = None
         self.executor = None
         self.consume_service = None
-        self._last_pq: dict[MessageQueue, dict] = {}
         self._pull_timeout_s = config.consumer_timeout_ms_when_suspend / 1000
 
     # ------------------------------------------------------------------ lifecycle
@@ -152,8 +151,8 @@ class PushConsumer(ConsumerBase):
         self.rebalance_service.wakeup()
 
     def emit_assignment(self, reason: str) -> None:
-        self.emit("assignment", topic=self.topic, queues=[mq.label for mq in self.assignments],
-                  retry_queues=[mq.label for mq in self.rebalance_impl.assignments if mq.topic != self.topic],
+        self.emit("assignment", topic=self.topic, queues=self.assignments,
+                  retry_queues=[mq for mq in self.rebalance_impl.assignments if mq.topic != self.topic],
                   strategy=self.rebalance_impl.strategy.name, reason=reason)
 
     def on_membership_changed(self, change) -> None:
@@ -195,7 +194,7 @@ class PushConsumer(ConsumerBase):
         if offset >= 0 and not self.offset_store.is_persisted(mq, offset):
             self.spawn(self._persist_quietly(mq, offset))
         self.offset_store.remove_offset(mq)
-        self._last_pq.pop(mq, None)
+        self.forget_queue(mq)
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             # 5.2+ tryRemoveOrderMessageQueue: unlock at the broker at once unless a
             # consume is in progress (we wait 0.5 s for it); a queue stuck consuming is
@@ -427,52 +426,24 @@ class PushConsumer(ConsumerBase):
             return
         self._emit_offsets(owned)
 
-    def queue_figures(self) -> dict:
-        out = {}
+    def queue_figures(self) -> dict[MessageQueue, dict]:
         store = self.offset_store
-        for mq, pq in self.rebalance_impl.process_queue_table.items():
+        out = {}
+        for mq, pq in list(self.rebalance_impl.process_queue_table.items()):
             if pq.dropped:
                 continue
             request = self.pull_requests.get(mq)
-            key = mq.label if mq.topic == self.topic else f"{mq.topic}/{mq.label}"
-            out[key] = pq.figures(store.table.get(mq, -1) if store else -1,
-                                  request.next_offset if request else -1)
+            out[mq] = pq.figures(store.table.get(mq, -1) if store else -1,
+                                 request.next_offset if request else -1)
         return out
-
-    async def _pq_event_loop(self) -> None:
-        interval = self.config.pq_event_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            store = self.offset_store
-            for mq, pq in list(self.rebalance_impl.process_queue_table.items()):
-                if pq.dropped:
-                    continue
-                request = self.pull_requests.get(mq)
-                figures = pq.figures(store.table.get(mq, -1), request.next_offset if request else -1)
-                if self._last_pq.get(mq) != figures:
-                    self._last_pq[mq] = figures
-                    self.emit("pq", topic=mq.topic, queue=mq.label, **figures)
 
     @property
     def assignments(self) -> list[MessageQueue]:
         return [mq for mq in self.rebalance_impl.assignments if mq.topic == self.topic]
 
-    def snapshot(self) -> dict:
+    def snapshot_fields(self) -> dict:
         return {
-            "client_id": self.client_id,
-            "group": self.group,
-            "mode": self.mode,
-            "state": self.state,
             "orderly": self.orderly,
             "message_model": self.message_model.value,
-            "strategy": self.rebalance_impl.strategy.name,
-            "assignments": [mq.label for mq in self.assignments],
             "retry_assignments": [mq.label for mq in self.rebalance_impl.assignments if mq.topic != self.topic],
-            "queues": self.queue_figures(),
-            "flow_control_counts": dict(self.flow_control_counts),
-            "consumed": self.stats.totals(),
-            "hung": self.hung,
-            "slow_ms": self.slow_ms,
-            "fail_ratio": self.fail_ratio,
-            "members": list(self.members),
         }

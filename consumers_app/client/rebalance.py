@@ -144,7 +144,7 @@ class RebalanceImpl:
             reason = reason or self.last_reason
             self.last_reason = "periodic"
             started = time.monotonic()
-            c.emit("rebalance", phase="start", reason=reason, strategy=self.strategy.name)
+            c.emit("rebalance", topic=c.topic, phase="start", reason=reason, strategy=self.strategy.name)
             balanced = True
             added_all: list[MessageQueue] = []
             removed_all: list[MessageQueue] = []
@@ -164,9 +164,8 @@ class RebalanceImpl:
                 removed_all += removed
             removed_all += await self._truncate_not_my_topic()
             duration_ms = round((time.monotonic() - started) * 1000, 3)
-            c.emit("rebalance", phase="end", reason=reason, strategy=self.strategy.name,
-                   duration_ms=duration_ms, added=[m.label for m in added_all],
-                   removed=[m.label for m in removed_all], balanced=balanced)
+            c.emit("rebalance", topic=c.topic, phase="end", reason=reason, strategy=self.strategy.name,
+                   duration_ms=duration_ms, added=added_all, removed=removed_all, balanced=balanced)
             if added_all or removed_all or reason in ("start", "strategy"):
                 c.emit_assignment(reason)
             return balanced

@@ -16,7 +16,7 @@ file-name minute to know which windows new files touch.
 The lab controller owns a Recorder and feeds it from its own once-a-tick offset poll::
 
     recorder = Recorder(settings.DATA_DIR / "recordings")
-    recorder.add_event(event)                # every event it hears (a dict as in events.py)
+    recorder.add_event(event)                # every event it hears (consumers_app.events)
     recorder.add_snapshot(snapshot_rows(group, ts, GetQueueOffsets(group=G).queues, holders))
 
 ``BrokerSampler`` does the same polling on its own, for recording without a lab::
@@ -54,6 +54,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from consumers_app.events import Event
+
 log = logging.getLogger(__name__)
 
 SNAPSHOTS = "snapshots"
@@ -84,7 +86,6 @@ EVENT_SCHEMA = pa.schema([
 ])
 
 SCHEMAS = {SNAPSHOTS: SNAPSHOT_SCHEMA, EVENTS: EVENT_SCHEMA}
-_EVENT_KEYS = ("ts", "type", "group", "client_id")
 
 
 def minute_of(ts_ms: int) -> int:
@@ -121,11 +122,10 @@ def _snapshot_row(row: dict) -> dict:
     return out
 
 
-def _event_row(event: dict) -> dict:
-    fields = {k: v for k, v in event.items() if k not in _EVENT_KEYS}
+def _event_row(event: Event) -> dict:
     return {
-        "ts": int(event["ts"]), "type": event["type"], "group": event.get("group"),
-        "client_id": event.get("client_id"), "fields": json.dumps(fields, separators=(",", ":"), default=str),
+        "ts": event.ts, "type": event.type, "group": event.group, "client_id": event.client_id,
+        "fields": json.dumps(event.fields(), separators=(",", ":")),
     }
 
 
@@ -145,8 +145,8 @@ class Recorder:
         """Buffer snapshot rows (dicts with SNAPSHOT_SCHEMA's names; ``ts`` in ms)."""
         self._add(SNAPSHOTS, [_snapshot_row(r) for r in rows])
 
-    def add_event(self, event: dict) -> None:
-        """Buffer one event (``ts``, ``type``, ``group``, ``client_id`` + its fields)."""
+    def add_event(self, event: Event) -> None:
+        """Buffer one event; its type-specific fields go into one JSON column."""
         self._add(EVENTS, [_event_row(event)])
 
     def _add(self, kind: str, rows: list[dict]) -> None:

@@ -18,12 +18,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from consumers_app.events import (AssignmentEvent, BrokerEvent, Event, FaultEvent, FlowControlEvent,
+                                  MembershipEvent, PqEvent, RebalanceEvent, RouteEvent, queue_text)
 from consumers_app.javastr import java_key
 from consumers_app.message_queue import broker_of, parse_label
 
 # Figures that describe "now" and are superseded by the next report: only the latest
 # one per (type, group, client, queue) within a flush reaches the browsers.
-COALESCED_TYPES = frozenset({"pq", "flow_control"})   # "offset" carries only changed labels: never drop one
+COALESCED = (PqEvent, FlowControlEvent)   # offset events carry only the queues that moved: never dropped
 
 LOG_LENGTH = 50
 
@@ -52,6 +54,10 @@ class ClientState:
     slow_ms: int = 0
     fail_ratio: float = 0.0
     gone_at: float | None = None   # loop time when it stopped being alive
+    client: str = "ours"           # which RocketMQ client: ours, or a peer's name (ali-ons)
+    # Where its assignment comes from: the client itself (ours; a peer answering
+    # GET_CONSUMER_RUNNING_INFO), or "broker" - the queues the broker sees it pull.
+    assignment_source: str = "client"
 
     @property
     def alive(self) -> bool:
@@ -88,7 +94,7 @@ class LabState:
         # The broker process as runlab supervises it; a broker the lab did not start is
         # reported up (its reachability shows in the offset polls).
         self.broker_process: dict = {"up": True, "restarts": 0, "managed": False}
-        self._pending: list[dict] = []
+        self._pending: list[Event] = []
 
     # -- structure (the controller's own bookkeeping) -------------------------------
 
@@ -166,73 +172,77 @@ class LabState:
 
     # -- events ------------------------------------------------------------------
 
-    def apply(self, event: dict) -> None:
-        """Fold one event (DESIGN.md schema) into the state and queue it for the browsers."""
+    def apply(self, event: Event) -> None:
+        """Fold one event into the state and queue it for the browsers."""
         self._pending.append(event)
-        kind = event.get("type")
-        group = self.groups.get(event.get("group", ""))
-        client_id = event.get("client_id", "")
-        if kind == "broker":
-            if "online" in event and event.get("broker"):
-                self.brokers[event["broker"]] = bool(event["online"])
-            if "queues" in event and event.get("topic"):
-                self.set_topic_queues(event["topic"], event["queues"])
-            change = {"ts": event["ts"], "change": event.get("change", ""), "broker": event.get("broker", ""),
-                      "noticed": {}}
-            for g in self.groups.values():
-                if change["change"] not in ("queues", "online", "offline") or g.mode == "pop":
-                    continue   # pop clients ask the broker for their assignment every 5 s instead
-                if event.get("topic") in (None, "", g.topic):
-                    # A consumer's refresh may have seen it before this event got here.
-                    g.route_change = {**change, "noticed": {c: ts - change["ts"] for c, ts in g.route_seen.items()
-                                                            if ts >= change["ts"]}}
+        if isinstance(event, BrokerEvent):
+            self._apply_broker(event)
             return
+        group = self.groups.get(event.group)
         if group is None:
             return
-        if kind == "assignment":
+        client_id = event.client_id
+        if isinstance(event, AssignmentEvent):
             client = self.clients.get(client_id)
             if client is None or client.alive:   # a late report from a dead client changes nothing
-                group.assignments[client_id] = sort_labels(event.get("queues", []))
+                group.assignments[client_id] = sort_labels(mq.label for mq in event.queues)
                 for key in [k for k in group.pq if k[0] == client_id and k[1] not in group.assignments[client_id]]:
                     del group.pq[key]
-                if client is not None and event.get("strategy"):
-                    client.strategy = event["strategy"]
-        elif kind == "rebalance":
-            if event.get("phase") == "end":
+                if client is not None and event.strategy:
+                    client.strategy = event.strategy
+        elif isinstance(event, RebalanceEvent):
+            if event.phase == "end":
                 group.last_rebalance = {
-                    "client_id": client_id, "ts": event["ts"], "reason": event.get("reason", ""),
-                    "duration_ms": event.get("duration_ms"),
-                    "added": event.get("added", []), "removed": event.get("removed", []),
+                    "client_id": client_id, "ts": event.ts, "reason": event.reason,
+                    "duration_ms": event.duration_ms,
+                    "added": [queue_text(mq, group.topic) for mq in event.added or ()],
+                    "removed": [queue_text(mq, group.topic) for mq in event.removed or ()],
                 }
-        elif kind == "pq":
+        elif isinstance(event, PqEvent):
             # Only the subscribed topic: a push consumer also holds its group's %RETRY% queues.
-            if event.get("topic", group.topic) != group.topic:
+            if event.queue is None or event.queue.topic != group.topic:
                 return
-            if event.get("queue") and (client_id in group.assignments or client_id not in self.clients):
-                group.pq[(client_id, event["queue"])] = {
-                    k: event.get(k, 0) for k in ("cached_count", "cached_bytes", "span", "inflight")
-                }
-        elif kind == "membership":
-            if "members" in event:
-                group.members = sort_ids(event["members"])
+            if client_id in group.assignments or client_id not in self.clients:
+                group.pq[(client_id, event.queue.label)] = {
+                    "cached_count": event.cached_count, "cached_bytes": event.cached_bytes,
+                    "span": event.span, "inflight": event.inflight}
+        elif isinstance(event, MembershipEvent):
+            if event.members is not None:
+                group.members = sort_ids(event.members)
             # Every consumer repeats the notices it hears; the log keeps the broker's own.
-            if event.get("source") == "broker":
+            if event.source == "broker":
                 group.membership_log.append(event)
-        elif kind == "flow_control":
+        elif isinstance(event, FlowControlEvent):
             group.flow_control.append(event)
-        elif kind == "route":
-            group.route_seen[client_id] = event["ts"]
+        elif isinstance(event, RouteEvent):
+            group.route_seen[client_id] = event.ts
             change = group.route_change
-            if change is not None and client_id not in change["noticed"] and event["ts"] >= change["ts"]:
-                change["noticed"][client_id] = event["ts"] - change["ts"]
-        elif kind == "fault":
+            if change is not None and client_id not in change["noticed"] and event.ts >= change["ts"]:
+                change["noticed"][client_id] = event.ts - change["ts"]
+        elif isinstance(event, FaultEvent):
             client = self.clients.get(client_id)
             if client is not None:
                 self._apply_fault(client, event)
 
+    def _apply_broker(self, event: BrokerEvent) -> None:
+        if event.online is not None and event.broker:
+            self.brokers[event.broker] = event.online
+        if event.queues is not None and event.topic:
+            self.set_topic_queues(event.topic, [mq.label for mq in event.queues])
+        if event.change not in ("queues", "online", "offline"):
+            return
+        for g in self.groups.values():
+            if g.mode == "pop":
+                continue   # pop clients ask the broker for their assignment every 5 s instead
+            if event.topic in (None, "", g.topic):
+                # A consumer's refresh may have seen it before this event got here.
+                g.route_change = {"ts": event.ts, "change": event.change, "broker": event.broker or "",
+                                  "noticed": {c: ts - event.ts for c, ts in g.route_seen.items()
+                                              if ts >= event.ts}}
+
     @staticmethod
-    def _apply_fault(client: ClientState, event: dict) -> None:
-        fault = event.get("fault")
+    def _apply_fault(client: ClientState, event: FaultEvent) -> None:
+        fault = event.fault
         if fault == "hang":
             client.status = "hung"
         elif fault == "cut":
@@ -240,9 +250,15 @@ class LabState:
         elif fault == "resume":
             client.status = "running"
         elif fault == "slow":
-            client.slow_ms = event.get("ms", 0)
+            client.slow_ms = event.ms or 0
         elif fault == "fail":
-            client.fail_ratio = event.get("ratio", 0.0)
+            client.fail_ratio = event.ratio or 0.0
+
+    def set_assignment(self, group_name: str, client_id: str, labels) -> None:
+        """An assignment learnt from outside the client (the broker's view of a peer)."""
+        group, client = self.groups.get(group_name), self.clients.get(client_id)
+        if group is not None and client is not None and client.alive:
+            group.assignments[client_id] = sort_labels(labels)
 
     def apply_client_snapshot(self, snap: dict) -> None:
         """A consumer's own ``snapshot()``: authoritative for its assignment and caches."""
@@ -264,16 +280,15 @@ class LabState:
                 k: figures.get(k, 0) for k in ("cached_count", "cached_bytes", "span", "inflight")
             }
 
-    def drain(self) -> list[dict]:
+    def drain(self) -> list[Event]:
         """Events since the last drain, in order, with superseded figures left out."""
         pending, self._pending = self._pending, []
         latest: dict[tuple, int] = {}
         for index, event in enumerate(pending):
-            if event.get("type") in COALESCED_TYPES:
-                key = (event["type"], event.get("group"), event.get("client_id"), event.get("queue"))
-                latest[key] = index
+            if isinstance(event, COALESCED):
+                latest[(event.type, event.group, event.client_id, event.queue)] = index
         keep = set(latest.values())
-        return [e for i, e in enumerate(pending) if e.get("type") not in COALESCED_TYPES or i in keep]
+        return [e for i, e in enumerate(pending) if not isinstance(e, COALESCED) or i in keep]
 
     # -- views -------------------------------------------------------------------
 
@@ -319,7 +334,8 @@ class LabState:
                 issues[label] = "unowned" if not held_by else "shared"
         clients = {
             c.client_id: {"status": c.status, "mode": c.mode, "worker": c.worker_id, "strategy": c.strategy,
-                          "slow_ms": c.slow_ms, "fail_ratio": c.fail_ratio}
+                          "slow_ms": c.slow_ms, "fail_ratio": c.fail_ratio, "client": c.client,
+                          "assignment_source": c.assignment_source}
             for c in self.clients.values() if c.group == group.name
         }
         return {
@@ -334,8 +350,8 @@ class LabState:
             "last_rebalance": group.last_rebalance,
             "route_change": group.route_change and {**group.route_change,
                                                     "noticed": dict(group.route_change["noticed"])},
-            "membership_log": list(group.membership_log),
-            "flow_control": list(group.flow_control),
+            "membership_log": [e.to_dict() for e in group.membership_log],
+            "flow_control": [e.to_dict() for e in group.flow_control],
         }
 
     def snapshot(self) -> dict:

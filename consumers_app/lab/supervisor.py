@@ -17,6 +17,7 @@ from typing import Callable
 import grpc
 from django.conf import settings
 
+from consumers_app.events import event_from_dict
 from consumers_app.lab.lifeline import child_env
 from consumers_app.protocol import worker_pb2 as pb
 from consumers_app.protocol import worker_pb2_grpc as pb_grpc
@@ -113,7 +114,7 @@ class Supervisor(pb_grpc.WorkerHubServicer):
         try:
             async for message in request_iterator:
                 if message.HasField("events"):
-                    self.on_events(link, [json.loads(e) for e in message.events.events_json])
+                    self.on_events(link, [event_from_dict(json.loads(e)) for e in message.events.events_json])
                 elif message.HasField("reply"):
                     link._replied(message.reply)
         except (grpc.aio.AioRpcError, asyncio.CancelledError):

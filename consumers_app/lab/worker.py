@@ -24,7 +24,7 @@ from collections import deque
 
 import grpc
 
-from consumers_app.events import emitter
+from consumers_app.events import Event, emitter
 from consumers_app.lab.lifeline import die_with_parent
 from consumers_app.protocol import worker_pb2 as pb
 from consumers_app.protocol import worker_pb2_grpc as pb_grpc
@@ -47,7 +47,7 @@ class Worker:
         self.consumers: dict[str, object] = {}
         self.producers: dict[str, object] = {}
         self._outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
-        self._events: deque[dict] = deque()   # appended from any thread, drained by the loop
+        self._events: deque[Event] = deque()   # appended from any thread, drained by the loop
         self._stopping = asyncio.Event()
         self._running: set[asyncio.Task] = set()   # commands in progress (the loop keeps weak refs)
 
@@ -98,7 +98,7 @@ class Worker:
         while self._events:
             events.append(self._events.popleft())
         if events:
-            batch = pb.EventBatch(events_json=[json.dumps(e, default=str) for e in events])
+            batch = pb.EventBatch(events_json=[json.dumps(e.to_dict()) for e in events])
             self._outbox.put_nowait(pb.WorkerMessage(events=batch))
 
     async def _execute(self, command: pb.ControllerCommand) -> None:

@@ -558,12 +558,16 @@ def compute_rebalances(events):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    def queues(name):   # a JSON list of labels in the event's fields; [] when absent
+        return F.coalesce(F.from_json(F.get_json_object("fields", f"$.{name}"), "array<string>"),
+                          F.array().cast("array<string>"))
+
     r = events.filter(F.col("type") == "rebalance").select(
         "group", "client_id", "ts",
         F.lower(F.coalesce(F.get_json_object("fields", "$.phase"), F.lit("end"))).alias("phase"),
         # Clients report fractional milliseconds ("2.545"): a straight cast to long fails.
         F.round(F.get_json_object("fields", "$.duration_ms").cast("double")).cast("long").alias("duration_ms"),
-        F.coalesce(F.get_json_object("fields", "$.changed"), F.get_json_object("fields", "$.changed_queues")).alias("changed"),
+        F.to_json(F.concat(queues("added"), queues("removed"))).alias("changed"),   # the queues it moved
         F.get_json_object("fields", "$.reason").alias("reason"),
     )
     ordered = Window.partitionBy("group", "client_id").orderBy("ts")
