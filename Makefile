@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test install install-test chromium bench clean
+.PHONY: run test install install-test chromium node-peers cpp-peer bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +36,38 @@ chromium:
 	  fi; \
 	fi
 
-run: install
+# Other people's RocketMQ clients (ali-ons, Node.js) from the npm registry into the repo's
+# own ignored node_modules; Debian's nodejs/npm are installed first if missing (as root).
+node_modules/.installed: package.json
+	@if ! command -v npm >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's nodejs and npm"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	  else \
+	    echo "npm is missing and we are not root: remoting peer tests will fail (apt-get install nodejs npm)" >&2; \
+	  fi; \
+	fi
+	npm install --no-audit --no-fund --loglevel=error
+	@touch $@
+
+node-peers: node_modules/.installed
+
+# rocketmq-client-cpp 2.1: a third party's PyPI bundle of the native library (opt-in for
+# `make run`, installed by `make test`). Kept apart from the venv's site-packages: its
+# module is called "rocketmq", as the official v5 client's is; peers/cpp_peer.py runs
+# with PYTHONPATH pointing here.
+CPP_PEER := $(VENV)/peers/cpp/.installed
+$(CPP_PEER): | $(BIN)/python
+	$(BIN)/pip install --quiet --target $(VENV)/peers/cpp rocketmq-python-cvs==2.1.0.3
+	@touch $@
+
+cpp-peer: $(CPP_PEER)
+
+run: install node-peers
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py runlab --host $(HOST) --port $(PORT)
 
-test: install-test chromium
+test: install-test chromium node-peers cpp-peer
 	$(BIN)/python manage.py check
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -48,4 +75,4 @@ bench: install-test
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) var test-output
+	rm -rf $(VENV) var test-output node_modules

@@ -17,13 +17,16 @@ from .support import free_port, manage_py
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, topics=("TopicTest:8",), flush: str = "async",
-                 extra_args=(), port: int | None = None, startup_timeout: float = 60.0):
+                 extra_args=(), port: int | None = None, startup_timeout: float = 60.0, remoting: bool = False):
         self.data_dir = Path(data_dir)
         self.topics = list(topics)
         self.flush = flush
         self.extra_args = list(extra_args)
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
+        # RocketMQ's remoting protocol too: a name server port, brokers' ports from remoting_port.
+        self.namesrv_port = free_port() if remoting else None
+        self.remoting_port = free_port() if remoting else None
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
 
@@ -31,11 +34,17 @@ class BrokerProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
     def start(self) -> "BrokerProcess":
         args = ["runbroker", "--host", "127.0.0.1", "--port", str(self.port),
                 "--data-dir", str(self.data_dir), "--flush", self.flush]
         for topic in self.topics:
             args += ["--topic", topic]
+        if self.namesrv_port is not None:
+            args += ["--namesrv-port", str(self.namesrv_port), "--remoting-port", str(self.remoting_port)]
         self.proc = manage_py(*args, *self.extra_args)
         ready = threading.Event()
         lines = self.output

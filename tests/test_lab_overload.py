@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from .support import free_port, manage_py, wait_until
-from .test_lab_runlab import migrated_env, shared_by_three, start_lab
+from .support import free_port, manage_py
+from .test_lab_runlab import migrated_env, start_lab, wait_for_three
 from .ws_client import LiveSocket
 
 
@@ -50,7 +50,7 @@ def test_300_reads_and_100_changes_at_once_with_20_websockets_open(tmp_path):
             await ws.close()
 
     try:
-        wait_until(lambda: shared_by_three(browser, port), timeout=30, message="the scenario")
+        wait_for_three(lab, browser, port, timeout=30, message="the scenario")
         asyncio.run(flood())
         print(dict(answers))
         assert not odd, odd[:5]

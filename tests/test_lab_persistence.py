@@ -3,12 +3,13 @@ import json
 import urllib.request
 
 from .support import free_port, wait_until
-from .test_lab_runlab import Server, migrated_env, shared_by_three
+from .test_lab_runlab import Server, migrated_env, wait_for_three
 
 
 def start(port, env, *extra):
     import http.cookiejar
-    lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--broker-arg=--client-expiry-ms=3000",
+    lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--namesrv-port=0", "--remoting-port=0",
+                 "--broker-arg=--client-expiry-ms=3000",
                  "--client-option=*.heartbeat_interval_ms=1000", *extra, env=env)
     url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
     browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
@@ -42,7 +43,7 @@ def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
     port = free_port()
     lab, browser = start(port, env)
     try:
-        wait_until(lambda: shared_by_three(browser, port), timeout=30, message="the scenario")
+        wait_for_three(lab, browser, port, timeout=30, message="the scenario")
         browser.open(f"http://127.0.0.1:{port}/", timeout=10)   # the page sets the CSRF cookie
         post(browser, port, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"})
         post(browser, port, "/api/producers/rate", {"topic": "TopicTest", "rate": 77})

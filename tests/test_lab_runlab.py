@@ -6,6 +6,9 @@ import signal
 import threading
 import urllib.request
 
+from consumers_app.broker.remoting import wire
+
+from .remoting_peers import call
 from .support import free_port, manage_py, wait_until
 
 
@@ -60,10 +63,16 @@ class Server:
 
 def start_lab(port: int, env: dict) -> tuple[Server, urllib.request.OpenerDirector]:
     """runlab up, and a browser logged in through the URL it printed."""
+    namesrv_port = free_port()
     lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--broker-arg=--client-expiry-ms=3000",
-                 "--client-option=*.heartbeat_interval_ms=1000", env=env)
+                 "--client-option=*.heartbeat_interval_ms=1000", f"--namesrv-port={namesrv_port}",
+                 "--remoting-port=0", env=env)
     try:
         url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
+        # Remoting clients are told where to go, and find the lab's topic there.
+        assert lab.line_starting("name server:", timeout=5).split()[2] == f"127.0.0.1:{namesrv_port}"
+        route = call(f"127.0.0.1:{namesrv_port}", wire.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"})
+        assert route.code == wire.SUCCESS
         assert url.startswith(f"http://127.0.0.1:{port}/login/?token=")
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
         assert browser.open(url, timeout=10).status == 200
@@ -80,6 +89,18 @@ def shared_by_three(browser, port: int) -> bool:
     return len(group["assignments"]) == 3 and len(owners) == 8 and all(len(o) == 1 for o in owners)
 
 
+def wait_for_three(lab, browser, port: int, timeout: float = 30, message: str = "the scenario") -> None:
+    """wait_until(shared_by_three), failing with what the lab showed and printed instead."""
+    try:
+        wait_until(lambda: shared_by_three(browser, port), timeout=timeout, message=message)
+    except AssertionError as exc:
+        state = json.load(browser.open(f"http://127.0.0.1:{port}/api/state", timeout=10))
+        group = state["groups"].get("GID_LAB", {})
+        seen = {"assignments": group.get("assignments"),
+                "owners": {q: v["owners"] for q, v in group.get("queues", {}).items()}}
+        raise AssertionError(f"{exc}; the lab showed {seen}; it printed:\n" + "".join(lab.lines[-40:])) from None
+
+
 def test_runlab_starts_everything_prints_a_login_url_and_stops_cleanly(tmp_path):
     port = free_port()
     lab, browser = start_lab(port, migrated_env(tmp_path))
@@ -88,7 +109,7 @@ def test_runlab_starts_everything_prints_a_login_url_and_stops_cleanly(tmp_path)
         progress = [x.strip() for x in lab.lines if not x.startswith("[broker]")]
         assert progress[:5] == ["migrating database…", "starting broker…", "broker ready", "starting workers…",
                                 "scenario running"]
-        wait_until(lambda: shared_by_three(browser, port), timeout=30, message="the default scenario via the API")
+        wait_for_three(lab, browser, port, timeout=30, message="the default scenario via the API")
         helpers = children_of(lab.process.pid)   # the broker and the worker processes
         assert len(helpers) == 3
     finally:
@@ -106,8 +127,7 @@ def test_a_second_web_process_reaches_the_controller_over_redis(tmp_path, redis_
     web = Server("runweb", "--no-controller", "--host", "127.0.0.1", "--port", str(other_port), env=env)
     try:
         web.line_starting("web listening on", timeout=30)
-        wait_until(lambda: shared_by_three(browser, other_port), timeout=60,
-                   message="the default scenario through the second web process")
+        wait_for_three(lab, browser, other_port, timeout=60, message="the default scenario through the second web process")
     finally:
         assert web.stop() == 0, "".join(web.lines)
         lab.stop()

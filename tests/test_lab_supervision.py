@@ -9,7 +9,7 @@ import time
 import urllib.error
 
 from .support import REPO, free_port, wait_until
-from .test_lab_runlab import children_of, migrated_env, pid_alive, shared_by_three, start_lab
+from .test_lab_runlab import children_of, migrated_env, pid_alive, shared_by_three, start_lab, wait_for_three
 
 
 def descendants_of(pid: int) -> list[int]:
@@ -55,7 +55,7 @@ def test_a_sigkilled_lab_leaves_nothing_behind_and_the_next_one_starts(tmp_path)
     # The data dir and the ports are free again: the next lab starts normally.
     again, browser = start_lab(port, env)
     try:
-        wait_until(lambda: shared_by_three(browser, port), timeout=30, message="the scenario after a SIGKILL")
+        wait_for_three(lab, browser, port, timeout=30, message="the scenario after a SIGKILL")
     finally:
         assert again.stop() == 0, "".join(again.lines)
 
@@ -86,7 +86,7 @@ def test_a_killed_broker_is_restarted_and_health_says_so_meanwhile(tmp_path):
     port = free_port()
     lab, browser = start_lab(port, env)
     try:
-        wait_until(lambda: shared_by_three(browser, port), timeout=30, message="the scenario")
+        wait_for_three(lab, browser, port, timeout=30, message="the scenario")
         assert healthz_status(browser, port) == 200
         broker = next(p for p in descendants_of(lab.process.pid) if "runbroker" in cmdline(p))
         os.kill(broker, signal.SIGKILL)
@@ -113,7 +113,7 @@ def test_a_dead_worker_is_replaced_and_its_consumers_come_back(tmp_path):
     port = free_port()
     lab, browser = start_lab(port, env)
     try:
-        wait_until(lambda: shared_by_three(browser, port), timeout=30, message="the scenario")
+        wait_for_three(lab, browser, port, timeout=30, message="the scenario")
         group = state(browser, port)["groups"]["GID_LAB"]
         workers = {c["worker"] for c in group["clients"].values() if c.get("worker")}
         victim_worker = sorted(workers)[0]

@@ -186,9 +186,11 @@ class LabAdminService(lab_grpc.LabAdminServicer):
                     first = max(committed, lo) if committed >= 0 else lo
                     if first < hi:
                         oldest = cq.store_ts[first]
+                puller, pulled_ms = core.pullers.get((group, *key), ("", 0)) if group else ("", 0)
                 resp.queues.add(queue=qref(key), min_offset=lo, max_offset=hi, committed_offset=committed,
                                 oldest_unconsumed_store_ts=oldest,
-                                inflight=core.pop.inflight_count(group, key) if group else 0)
+                                inflight=core.pop.inflight_count(group, key) if group else 0,
+                                last_puller=puller, last_pull_ms=pulled_ms)
         return resp
 
     @guarded(lab.SearchOffsetResponse)

@@ -59,6 +59,8 @@ class BrokerConfig:
     flush_interval_ms: int = 500                      # flushIntervalCommitLog
     lock_expiry_ms: int = 60_000                      # REBALANCE_LOCK_MAX_LIVE_TIME (broker)
     receive_batch_size: int = 32
+    namesrv_port: int | None = None                   # remoting off unless set (0 = any free port)
+    remoting_port: int = 10911                        # first logical broker's remoting port
 
 
 class BrokerError(Exception):
@@ -109,6 +111,9 @@ class BrokerCore:
         self.store.on_append = self.longpoll.notify
         self.membership.listeners.append(self.pop.client_gone)
         self.locks: dict[tuple, tuple[str, float]] = {}  # (group, topic, broker, qid) -> (client, expiry)
+        # (group, topic, broker, qid) -> (client id, ms): who pulled a queue last, as the broker
+        # sees it (remoting clients rebalance on their own; this is how the lab sees theirs).
+        self.pullers: dict[tuple, tuple[str, int]] = {}
         self._rr = itertools.count()
         self.started_ms = int(time.time() * 1000)
         self._tasks: list[asyncio.Task] = []
@@ -345,6 +350,10 @@ class BrokerCore:
         if cq is not None and cq.min_offset <= 0 < cq.max_offset:
             return 0
         return -1
+
+    def note_pull(self, group: str, key: tuple, client_id: str) -> None:
+        if client_id:
+            self.pullers[(group, *key)] = (client_id, int(time.time() * 1000))
 
     def lock_queues(self, group: str, client_id: str, keys: list[tuple]) -> list[tuple]:
         now = time.monotonic()

@@ -1,8 +1,9 @@
-"""Wiring: BrokerCore + the two gRPC services on one grpc.aio server, signal handling.
+"""Wiring: BrokerCore + the two gRPC services on one grpc.aio server (and, with
+``namesrv_port``, the remoting name server and brokers), signal handling.
 
 Start-up: open (load topics/offsets, recover the commit log), bind, start, then print
-exactly one line ``broker listening on HOST:PORT`` (flushed) - tests and the lab wait
-for it. SIGTERM/SIGINT: stop accepting, persist offsets and topics, fsync, exit 0.
+``name server listening on HOST:PORT`` when remoting is on and, last, exactly one line
+``broker listening on HOST:PORT`` (flushed) - tests and the lab wait for it. SIGTERM/SIGINT: stop accepting, persist offsets and topics, fsync, exit 0.
 """
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ async def serve(cfg: BrokerConfig, ready=None) -> int:
         raise OSError(f"cannot bind {cfg.host}:{cfg.port} (address in use?)")
     await core.start()
     await server.start()
+    remoting = None
+    if cfg.namesrv_port is not None:
+        from .remoting.service import RemotingService
+        remoting = RemotingService(core, cfg.host, cfg.namesrv_port, cfg.remoting_port)
+        namesrv_port = await remoting.start()
+        # Printed before the "listening" line, which callers wait for: both are known then.
+        sys.stdout.write(f"name server listening on {cfg.host}:{namesrv_port}\n")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -57,6 +65,8 @@ async def serve(cfg: BrokerConfig, ready=None) -> int:
     log.info("broker stopping")
     # Wake held long polls first so the grace period is not spent waiting on them.
     core.longpoll.wake_all()
+    if remoting is not None:
+        await remoting.stop()
     await server.stop(grace=1.0)
     await core.shutdown()
     return 0

@@ -281,6 +281,26 @@ class MessageStore:
             return None
         return self.read_phys(cq.phys[offset], cq.size[offset])
 
+    def read_at(self, phys: int) -> "lab.LabMessage | None":
+        """The message whose record starts at commit-log offset ``phys`` (remoting names a
+        message by it), or None when no intact record starts there."""
+        if not 0 <= phys < self.write_pos:
+            return None
+        for seg in reversed(self.segments):
+            if seg.base <= phys:
+                start = phys - seg.base
+                if start + HEADER.size > seg.size:
+                    return None
+                size, crc = HEADER.unpack_from(seg.map, start)
+                payload = seg.map[start + HEADER.size:start + HEADER.size + size]
+                if size == 0 or len(payload) != size or zlib.crc32(payload) != crc:
+                    return None
+                try:
+                    return lab.LabMessage.FromString(payload)
+                except Exception:  # noqa: BLE001 - not a record boundary after all
+                    return None
+        return None
+
     def read_message(self, key: QueueKey, offset: int) -> "lab.LabMessage | None":
         raw = self.read(key, offset)
         return None if raw is None else lab.LabMessage.FromString(raw)

@@ -22,6 +22,7 @@ from .lifeline import child_env
 log = logging.getLogger(__name__)
 
 READY_LINE = "broker listening on"
+NAMESRV_LINE = "name server listening on"   # printed before READY_LINE when remoting is on
 
 
 class BrokerStartError(Exception):
@@ -43,6 +44,7 @@ class BrokerProcess:
         self.on_change = on_change or (lambda status: None)
         self.proc: asyncio.subprocess.Process | None = None
         self.restarts = 0
+        self.namesrv: str | None = None   # host:port of its name server, when remoting is on
         self.up = False
         self.reason = ""
         self.since_ms = 0
@@ -97,6 +99,8 @@ class BrokerProcess:
         """Copy the broker's output, prefixed; resolve ``ready`` on its listening line."""
         async for raw in proc.stdout:
             line = raw.decode(errors="replace")
+            if line.startswith(NAMESRV_LINE):
+                self.namesrv = line.split()[-1]
             if line.startswith(READY_LINE):
                 if not ready.done():
                     ready.set_result(True)

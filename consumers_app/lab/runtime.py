@@ -62,6 +62,7 @@ class LabRuntime:
             self.say("starting broker…")
             await self.broker.start()
             self.broker.on_change = self.controller.broker_process_changed
+            self.controller.namesrv = self.broker.namesrv
             self.controller.broker_process_changed(self.broker.status())
             self.say("broker ready")
         scenario = await self.starting_scenario()
@@ -87,7 +88,10 @@ class LabRuntime:
 
     async def login_line(self) -> str:
         url = await self.login_url() if self.login_url is not None else f"{self.url}/"
-        return f"Rebalance Lab is running: open {url}"
+        line = f"Rebalance Lab is running: open {url}"
+        if self.broker is not None and self.broker.namesrv:
+            line += f"\nname server: {self.broker.namesrv}   (RocketMQ remoting clients join here)"
+        return line
 
     async def stop(self) -> None:
         self.say("stopping workers…")

@@ -51,6 +51,10 @@ class Command(BaseCommand):
         a("--pop-retry-probability", type=int, default=d.pop_retry_probability)
         a("--segment-size", type=int, default=d.segment_size, help="commit-log segment file size (bytes)")
         a("--lock-expiry-ms", type=int, default=d.lock_expiry_ms)
+        a("--namesrv-port", type=int, default=None,
+          help="also speak RocketMQ's remoting protocol: a name server on --host:N (0 = any free port)")
+        a("--remoting-port", type=int, default=d.remoting_port,
+          help="first remoting port of the logical brokers (one each, upward); with --namesrv-port")
         a("--log-level", default="WARNING")
 
     def handle(self, *args, **o):
@@ -71,6 +75,7 @@ class Command(BaseCommand):
             max_body_size=o["max_body_size"], pop_max_attempts=o["pop_max_attempts"],
             max_reconsume_times=o["max_reconsume_times"], pop_retry_probability=o["pop_retry_probability"],
             segment_size=o["segment_size"], lock_expiry_ms=o["lock_expiry_ms"],
+            namesrv_port=o["namesrv_port"], remoting_port=o["remoting_port"],
         )
         from consumers_app.broker.server import run
         from consumers_app.lab.lifeline import die_with_parent

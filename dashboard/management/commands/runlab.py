@@ -35,10 +35,15 @@ class Command(BaseCommand):
         parser.add_argument("--client-option", action="append", default=[], metavar="KIND.NAME=VALUE",
                             help="client config override, e.g. push.heartbeat_interval_ms=1000 (KIND * = all)")
         parser.add_argument("--workers", type=int, default=2, help="worker processes hosting the clients")
+        parser.add_argument("--namesrv-port", type=int, default=9876,
+                            help="the broker's RocketMQ name server port, for remoting clients (0: any free port)")
+        parser.add_argument("--remoting-port", type=int, default=10911,
+                            help="first remoting port of the logical brokers (0: any free ports)")
         parser.add_argument("--fresh", action="store_true",
                             help="forget the saved lab state and start from the default scenario")
 
-    def handle(self, *args, host, port, no_scenario, broker_arg, client_option, workers, fresh, **options):
+    def handle(self, *args, host, port, no_scenario, broker_arg, client_option, workers, fresh, namesrv_port,
+               remoting_port, **options):
         try:
             client_options = parse_client_options(client_option)
         except ValueError as exc:
@@ -56,7 +61,8 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             runtime = LabRuntime(settings.LAB_BROKER, scenario=not no_scenario, out=self.stdout, url=url,
                                  client_options=client_options, pool_size=workers,
-                                 broker=self.broker_process(broker_arg), memory=LabMemory(), fresh=fresh,
+                                 broker=self.broker_process([f"--namesrv-port={namesrv_port}",
+                                                             f"--remoting-port={remoting_port}", *broker_arg]), memory=LabMemory(), fresh=fresh,
                                  login_url=lambda: self.login_url(url))
             ok = run_web(host, port, on_start=runtime.start, on_stop=runtime.stop)
         finally:

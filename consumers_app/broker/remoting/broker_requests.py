@@ -1,0 +1,407 @@
+"""What one logical broker answers over remoting (RocketMQ's broker processors).
+
+Every handler translates a remoting request into the BrokerCore call the gRPC services
+make too, so a message sent over remoting is in the same commit log, an offset
+committed here is the one a gRPC consumer reads, and the group's member list is one.
+"""
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+from ...protocol import lab, v2
+from .. import messages as M
+from ..core import BrokerError, parse_tag_filter
+from ..topics import topic_error
+from . import wire
+from .codec import Command, FrameError, response
+
+if TYPE_CHECKING:
+    from .server import Connection
+    from .service import RemotingService
+
+# Properties the client sets that the broker keeps as the message's own fields.
+P_TAGS, P_KEYS, P_UNIQ_KEY, P_DELAY = "TAGS", "KEYS", "UNIQ_KEY", "DELAY"
+P_WAIT, P_MAX_RECONSUME = "WAIT", "MAX_RECONSUME_TIMES"
+
+
+class BrokerRequests:
+    def __init__(self, service: "RemotingService", broker: str):
+        self.service = service
+        self.core = service.core
+        self.broker = broker
+        self.handlers = {
+            wire.SEND_MESSAGE: self.send_message, wire.SEND_MESSAGE_V2: self.send_message,
+            wire.SEND_BATCH_MESSAGE: self.send_batch,
+            wire.PULL_MESSAGE: self.pull_message,
+            wire.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            wire.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            wire.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            wire.GET_MAX_OFFSET: self.max_offset, wire.GET_MIN_OFFSET: self.min_offset,
+            wire.HEART_BEAT: self.heartbeat, wire.UNREGISTER_CLIENT: self.unregister_client,
+            wire.CONSUMER_SEND_MSG_BACK: self.send_back,
+            wire.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            wire.LOCK_BATCH_MQ: self.lock_batch, wire.UNLOCK_BATCH_MQ: self.unlock_batch,
+            wire.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            wire.GET_ROUTEINFO_BY_TOPIC: service.names.route,   # some tools ask a broker
+            wire.GET_TOPIC_STATS_INFO: self.topic_stats,
+            wire.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
+            wire.GET_CONSUME_STATS: self.consume_stats,
+            wire.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
+        }
+
+    async def handle(self, conn: "Connection", cmd: Command) -> Command | None:
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            return None
+        if not self.core.topics.online(self.broker) and cmd.code != wire.UNREGISTER_CLIENT:
+            return response(cmd, wire.SYSTEM_ERROR, f"broker {self.broker} is offline")
+        try:
+            return await handler(conn, cmd)
+        except BrokerError as exc:
+            return response(cmd, _code_for(exc), exc.message)
+
+    def key(self, cmd: Command, topic_field: str = "topic", queue_field: str = "queueId") -> tuple:
+        topic = cmd.text(topic_field) or ""
+        return (topic, self.broker, cmd.number(queue_field))
+
+    # ------------------------------------------------------------------ send
+
+    async def send_message(self, conn, cmd: Command) -> Command:
+        h = _send_header(cmd)
+        topic = h.get("b") or ""
+        self.core.require_topic(topic)
+        msg = self._stored_message(h, cmd.body, conn)
+        qid = int(h.get("e") or 0)
+        if not self.core.topics.has_queue(topic, self.broker, qid):
+            qid = qid % max(1, self.core.topics.get(topic).queues.get(self.broker, 1))
+        key = (topic, self.broker, qid)
+        self.core.require_queue(*key)
+        (offset, phys), = self.core.put([(key, msg)])
+        await self.core.durable()
+        return response(cmd, ext={"msgId": msg.message_id, "queueId": qid, "queueOffset": offset,
+                                  "transactionId": msg.message_id})
+
+    async def send_batch(self, conn, cmd: Command) -> Command:
+        h = _send_header(cmd)
+        topic = h.get("b") or ""
+        self.core.require_topic(topic)
+        qid = int(h.get("e") or 0)
+        key = (topic, self.broker, qid)
+        self.core.require_queue(*key)
+        items = [(key, self._stored_message({**h, "i": props, "f": flag}, body, conn))
+                 for body, props, flag in _batch_bodies(cmd.body)]
+        if not items:
+            raise BrokerError(v2.Code.BAD_REQUEST, "empty batch")
+        results = self.core.put(items)
+        await self.core.durable()
+        ids = ",".join(m.message_id for _, m in items)
+        return response(cmd, ext={"msgId": ids, "queueId": qid, "queueOffset": results[0][0]})
+
+    def _stored_message(self, h: dict, body: bytes, conn) -> lab.LabMessage:
+        props = wire.string_to_properties(h.get("i"))
+        sys_flag = int(h.get("f") or 0)
+        if sys_flag & wire.COMPRESSED_FLAG:
+            try:
+                body = zlib.decompress(body)   # stored inflated: a gRPC consumer gets it readable
+            except zlib.error:
+                raise BrokerError(v2.Code.BAD_REQUEST, "the body is flagged compressed but does not inflate") from None
+        msg = lab.LabMessage(body=body)
+        msg.message_id = props.pop(P_UNIQ_KEY, "") or M.new_message_id()
+        tag = props.pop(P_TAGS, "")
+        if tag:
+            msg.tag = tag
+        keys = props.pop(P_KEYS, "")
+        if keys:
+            msg.keys.extend(k for k in keys.split(" ") if k)
+        msg.born_ts = int(h.get("g") or time.time() * 1000)
+        msg.reconsume_times = int(h.get("j") or 0)
+        level = int(props.pop(P_DELAY, "0") or 0)
+        for name in (P_WAIT, "MIN_OFFSET", "MAX_OFFSET"):
+            props.pop(name, None)
+        props.setdefault(M.P_BORN_HOST, conn.address)
+        for k, v in props.items():
+            msg.properties[k] = v
+        if level > 0:
+            msg.properties[M.P_DELIVER_MS] = str(int(time.time() * 1000) + self.core.delay.level_delay_ms(level))
+        self.core.validate_message(msg)
+        return msg
+
+    # ------------------------------------------------------------------ pull
+
+    async def pull_message(self, conn, cmd: Command) -> Command:
+        group = cmd.text("consumerGroup") or ""
+        key = self.key(cmd)
+        self.core.require_queue(*key)
+        self.core.note_pull(group, key, conn.client_id)
+        sys_flag = cmd.number("sysFlag", 0)
+        if sys_flag & wire.PULL_COMMIT_OFFSET and cmd.number("commitOffset", -1) > 0:
+            self.core.offsets.commit(group, key, cmd.number("commitOffset"))
+        expression = (cmd.text("subscription") if sys_flag & wire.PULL_SUBSCRIPTION
+                      else self.service.subscription(group, key[0]))
+        tag_filter = parse_tag_filter(expression or "*")
+        tags = None if tag_filter is None else tag_filter[1]
+        suspend = cmd.number("suspendTimeoutMillis", 0) if sys_flag & wire.PULL_SUSPEND else 0
+        store_host = self.service.store_host(self.broker)
+        parts: list[bytes] = []
+
+        def fill(offset, raw) -> bool:
+            msg = lab.LabMessage.FromString(raw)
+            if tags is not None and msg.tag not in tags:
+                return False
+            # The commit-log offset: what a send-back (CONSUMER_SEND_MSG_BACK) names it by.
+            parts.append(self._encode(msg, self.core.store.queue(key).phys[offset], store_host))
+            return True
+
+        status, nxt, lo, hi = await self.core.pull(group, key, cmd.number("queueOffset"),
+                                                   cmd.number("maxMsgNums", 32), tag_filter, suspend, fill)
+        ext = {"suggestWhichBrokerId": wire.MASTER_ID, "nextBeginOffset": nxt, "minOffset": lo, "maxOffset": hi}
+        code = {lab.FOUND: wire.SUCCESS, lab.NO_NEW_MSG: wire.PULL_NOT_FOUND,
+                lab.NO_MATCHED_MSG: wire.PULL_RETRY_IMMEDIATELY, lab.OFFSET_ILLEGAL: wire.PULL_OFFSET_MOVED}[status]
+        if code == wire.SUCCESS and not parts:
+            code = wire.PULL_RETRY_IMMEDIATELY
+        return response(cmd, code, None if code == wire.SUCCESS else "pull status " + lab.PullStatus.Name(status),
+                        ext, b"".join(parts))
+
+    def _encode(self, msg: lab.LabMessage, phys: int, store_host) -> bytes:
+        props = {k: v for k, v in msg.properties.items() if k not in M.SYSTEM_PROPS or k in (
+            M.P_RETRY_TOPIC, M.P_ORIGIN_MSG_ID)}
+        if msg.tag:
+            props[P_TAGS] = msg.tag
+        if msg.keys:
+            props[P_KEYS] = " ".join(msg.keys)
+        props[P_UNIQ_KEY] = msg.message_id
+        group = msg.properties.get(M.P_MESSAGE_GROUP)
+        if group:
+            props[M.P_MESSAGE_GROUP] = group
+        born = msg.properties.get(M.P_BORN_HOST, "127.0.0.1:0")
+        host, _, port = born.rpartition(":")
+        return wire.encode_message(
+            body=msg.body, topic=msg.queue.topic, queue_id=msg.queue.queue_id, queue_offset=msg.queue_offset,
+            commit_log_offset=phys, born_ts=msg.born_ts, born_host=(host or born, int(port) if port.isdigit() else 0),
+            store_ts=msg.store_ts, store_host=store_host, reconsume_times=msg.reconsume_times, properties=props)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def query_consumer_offset(self, conn, cmd: Command) -> Command:
+        key = self.key(cmd)
+        self.core.require_queue(*key)
+        offset = self.core.query_consumer_offset(cmd.text("consumerGroup") or "", key)
+        if offset < 0:
+            return response(cmd, wire.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+        return response(cmd, ext={"offset": offset})
+
+    async def update_consumer_offset(self, conn, cmd: Command) -> Command:
+        key = self.key(cmd)
+        self.core.require_queue(*key)
+        self.core.offsets.commit(cmd.text("consumerGroup") or "", key, cmd.number("commitOffset"))
+        return response(cmd)
+
+    def _queue(self, cmd: Command):
+        key = self.key(cmd)
+        self.core.require_queue(*key)
+        return self.core.store.queue(key)
+
+    async def search_offset(self, conn, cmd: Command) -> Command:
+        cq = self._queue(cmd)
+        return response(cmd, ext={"offset": cq.offset_for_time(cmd.number("timestamp")) if cq else 0})
+
+    async def max_offset(self, conn, cmd: Command) -> Command:
+        cq = self._queue(cmd)
+        return response(cmd, ext={"offset": cq.max_offset if cq else 0})
+
+    async def min_offset(self, conn, cmd: Command) -> Command:
+        cq = self._queue(cmd)
+        return response(cmd, ext={"offset": cq.min_offset if cq else 0})
+
+    # ------------------------------------------------------------------ clients
+
+    async def heartbeat(self, conn, cmd: Command) -> Command:
+        try:
+            data = wire.loads(cmd.body or b"{}")
+        except ValueError as exc:
+            raise FrameError(f"heartbeat body is not JSON: {exc}") from None
+        client_id = str(data.get("clientID") or "")
+        if not client_id:
+            return response(cmd, wire.SYSTEM_ERROR, "heartbeat without clientID")
+        conn.client_id, conn.language, conn.version = client_id, cmd.language, cmd.version
+        for producer in data.get("producerDataSet") or ():
+            self.core.membership.heartbeat(None, client_id, v2.ClientType.PRODUCER)
+        for consumer in data.get("consumerDataSet") or ():
+            group = str(consumer.get("groupName") or "")
+            if not group or group == "CLIENT_INNER_PRODUCER":
+                continue
+            self.service.consumer_heartbeat(conn, self.broker, group, consumer)
+        return response(cmd)
+
+    async def unregister_client(self, conn, cmd: Command) -> Command:
+        client_id = cmd.text("clientID") or conn.client_id
+        group = cmd.text("consumerGroup")
+        if group:
+            conn.groups.discard(group)
+            self.core.membership.unregister(group, client_id, "left")
+        if cmd.text("producerGroup"):
+            self.core.membership.unregister(None, client_id)
+        return response(cmd)
+
+    async def consumer_list(self, conn, cmd: Command) -> Command:
+        group = cmd.text("consumerGroup") or ""
+        members = self.core.membership.members(group)
+        if not members:
+            return response(cmd, wire.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return response(cmd, body=wire.dumps({"consumerIdList": members}))
+
+    # ------------------------------------------------------------------ retry, locks, topics
+
+    async def send_back(self, conn, cmd: Command) -> Command:
+        group = cmd.text("group") or ""
+        msg = self.core.store.read_at(cmd.number("offset"))
+        if msg is None:
+            return response(cmd, wire.SYSTEM_ERROR, f"look message by offset failed, {cmd.text('offset')}")
+        self.core.send_back(group, msg, cmd.number("delayLevel", 0), cmd.number("maxReconsumeTimes", -1))
+        await self.core.durable()
+        return response(cmd)
+
+    def _lock_body(self, cmd: Command):
+        try:
+            data = wire.loads(cmd.body or b"{}")
+            group, client_id = str(data["consumerGroup"]), str(data["clientId"])
+            keys = [(str(q["topic"]), str(q.get("brokerName") or self.broker), int(q["queueId"]))
+                    for q in data.get("mqSet") or ()]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FrameError(f"bad lock body: {exc}") from None
+        return group, client_id, keys
+
+    async def lock_batch(self, conn, cmd: Command) -> Command:
+        group, client_id, keys = self._lock_body(cmd)
+        locked = self.core.lock_queues(group, client_id, keys)
+        return response(cmd, body=wire.dumps({"lockOKMQSet": [
+            {"topic": t, "brokerName": b, "queueId": q} for t, b, q in locked]}))
+
+    async def unlock_batch(self, conn, cmd: Command) -> Command:
+        group, client_id, keys = self._lock_body(cmd)
+        self.core.unlock_queues(group, client_id, keys)
+        return response(cmd)
+
+    async def create_topic(self, conn, cmd: Command) -> Command:
+        name = cmd.text("topic") or ""
+        err = topic_error(name)
+        if err:
+            return response(cmd, wire.SYSTEM_ERROR, err)
+        count = cmd.number("writeQueueNums", 0) or cmd.number("readQueueNums", 8)
+        if not 1 <= count <= 1024:
+            return response(cmd, wire.SYSTEM_ERROR, f"queue count {count} is outside [1, 1024]")
+        topic = self.core.topics.get(name)
+        if topic is None or topic.queues.get(self.broker) != count:
+            self.core.topics.create(name, count, self.broker, self.core.store.write_pos)
+            self.core.topics.save()
+        return response(cmd)
+
+
+    # ------------------------------------------------------------------ what dashboards and mqadmin ask
+
+    async def topic_stats(self, conn, cmd: Command) -> Command:
+        topic = cmd.text("topic") or ""
+        self.core.require_topic(topic)
+        table = {}
+        for key in self.core.topics.queues_of(topic, online_only=False):
+            if key[1] != self.broker:
+                continue
+            cq = self.core.store.queue(key)
+            last = cq.store_ts[-1] if cq is not None and len(cq.store_ts) else 0
+            table[wire.message_queue_key(*key)] = {"minOffset": cq.min_offset if cq else 0,
+                                                   "maxOffset": cq.max_offset if cq else 0,
+                                                   "lastUpdateTimestamp": last}
+        return response(cmd, body=wire.dumps({"offsetTable": table}))
+
+    async def consume_stats(self, conn, cmd: Command) -> Command:
+        group = cmd.text("consumerGroup") or ""
+        topic = cmd.text("topic")
+        topics = [topic] if topic else sorted({t for t, _ in self.service.subscribed_topics(group)})
+        table = {}
+        for name in topics:
+            for key in self.core.topics.queues_of(name, online_only=False):
+                if key[1] != self.broker:
+                    continue
+                cq = self.core.store.queue(key)
+                committed = self.core.offsets.get(group, key)
+                last = 0
+                if cq is not None and 0 <= committed - 1 < cq.max_offset and committed - 1 >= cq.min_offset:
+                    last = cq.store_ts[committed - 1]
+                table[wire.message_queue_key(*key)] = {"brokerOffset": cq.max_offset if cq else 0,
+                                                       "consumerOffset": max(committed, 0), "lastTimestamp": last}
+        if not table:
+            return response(cmd, wire.SUBSCRIPTION_GROUP_NOT_EXIST, f"no consume stats for group {group}")
+        return response(cmd, body=wire.dumps({"offsetTable": table, "consumeTps": 0.0}))
+
+    async def consumer_connections(self, conn, cmd: Command) -> Command:
+        group = cmd.text("consumerGroup") or ""
+        members = self.core.membership.members(group)
+        if not members:
+            return response(cmd, wire.SYSTEM_ERROR, f"the consumer group[{group}] not online")
+        connections = []
+        for client_id in members:
+            remote = self.service.connection_of(group, client_id)
+            connections.append({"clientId": client_id,
+                                "clientAddr": remote.address if remote else "",
+                                "language": remote.language if remote else "GRPC",
+                                "version": remote.version if remote else 0})
+        subscriptions = {topic: {"topic": topic, "subString": expression, "tagsSet": [], "codeSet": [],
+                                 "subVersion": 0, "expressionType": "TAG"}
+                         for topic, expression in self.service.subscribed_topics(group)}
+        return response(cmd, body=wire.dumps({
+            "connectionSet": connections, "subscriptionTable": subscriptions,
+            "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET"}))
+
+    async def consumer_running_info(self, conn, cmd: Command) -> Command:
+        """Forwarded to the client over its own connection; its answer is relayed."""
+        group, client_id = cmd.text("consumerGroup") or "", cmd.text("clientId") or ""
+        remote = self.service.connection_of(group, client_id)
+        if remote is None:
+            return response(cmd, wire.SYSTEM_ERROR, f"The Consumer <{client_id}> not online")
+        try:
+            answer = await remote.invoke(wire.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext), timeout=5)
+        except (TimeoutError, ConnectionError) as exc:
+            return response(cmd, wire.SYSTEM_ERROR,
+                            f"the consumer {client_id} did not answer GET_CONSUMER_RUNNING_INFO: {exc or 'timeout'}")
+        return response(cmd, answer.code, answer.remark, answer.ext, answer.body)
+
+
+def _send_header(cmd: Command) -> dict:
+    """SendMessageRequestHeader (code 10, long names) or its V2 (310/320, one-letter names)."""
+    if cmd.code == wire.SEND_MESSAGE:
+        names = {"producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d",
+                 "queueId": "e", "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i",
+                 "reconsumeTimes": "j", "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m"}
+        return {short: cmd.text(long) for long, short in names.items()}
+    return {k: cmd.text(k) for k in "abcdefghijklm"}
+
+
+def _batch_bodies(raw: bytes):
+    """MessageDecoder.encodeMessages: per message total size, magic, body CRC, flag,
+    body (length + bytes), properties (short length + string)."""
+    pos, n = 0, len(raw)
+    try:
+        while pos < n:
+            size, _magic, _crc, flag, body_len = struct.unpack_from(">iiiii", raw, pos)
+            body = raw[pos + 20:pos + 20 + body_len]
+            (props_len,) = struct.unpack_from(">h", raw, pos + 20 + body_len)
+            props = raw[pos + 22 + body_len:pos + 22 + body_len + props_len].decode()
+            yield body, props, 0
+            pos += size
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise BrokerError(v2.Code.BAD_REQUEST, f"malformed batch body: {exc}") from None
+
+
+def _code_for(exc: BrokerError) -> int:
+    if exc.code in (v2.Code.TOPIC_NOT_FOUND,):
+        return wire.TOPIC_NOT_EXIST
+    if exc.code in (v2.Code.MESSAGE_BODY_EMPTY, v2.Code.MESSAGE_BODY_TOO_LARGE, v2.Code.ILLEGAL_MESSAGE_TAG):
+        return wire.MESSAGE_ILLEGAL
+    if exc.code == v2.Code.FORBIDDEN:
+        return wire.NO_PERMISSION
+    return wire.SYSTEM_ERROR
+

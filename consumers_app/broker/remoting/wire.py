@@ -1,0 +1,225 @@
+"""What travels inside remoting frames: request/response codes, message encoding and
+RocketMQ's JSON dialect.
+
+* Codes are RocketMQ's RequestCode / ResponseCode numbers.
+* A pulled message is encoded as the broker stores it (MessageDecoder, IPv4 hosts,
+  properties as ``name\\x01value\\x02`` pairs).
+* Bodies are fastjson's JSON: a map keyed by integers is written with bare keys
+  (``{"brokerAddrs":{0:"127.0.0.1:10911"}}``), as real brokers send it and every client
+  parses it; what clients send may use bare or object keys too, so reading is lenient.
+"""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import struct
+import zlib
+
+# RequestCode
+SEND_MESSAGE, PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 10, 11, 14, 15
+UPDATE_AND_CREATE_TOPIC, SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET, GET_MIN_OFFSET = 17, 29, 30, 31
+HEART_BEAT, UNREGISTER_CLIENT, CONSUMER_SEND_MSG_BACK = 34, 35, 36
+GET_CONSUMER_LIST_BY_GROUP, NOTIFY_CONSUMER_IDS_CHANGED, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ = 38, 40, 41, 42
+GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 105, 106, 206
+GET_TOPIC_STATS_INFO, GET_CONSUMER_CONNECTION_LIST, GET_CONSUME_STATS = 202, 203, 208
+GET_CONSUMER_RUNNING_INFO = 307
+SEND_MESSAGE_V2, SEND_BATCH_MESSAGE = 310, 320
+
+# ResponseCode
+SUCCESS, SYSTEM_ERROR, SYSTEM_BUSY, REQUEST_CODE_NOT_SUPPORTED = 0, 1, 2, 3
+TOPIC_NOT_EXIST, MESSAGE_ILLEGAL, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED = 17, 13, 19, 20, 21
+QUERY_NOT_FOUND, SUBSCRIPTION_GROUP_NOT_EXIST, NO_PERMISSION = 22, 26, 16
+
+# MessageSysFlag / PullSysFlag bits
+COMPRESSED_FLAG = 0x1
+PULL_COMMIT_OFFSET, PULL_SUSPEND, PULL_SUBSCRIPTION = 0x1, 0x2, 0x4
+
+MESSAGE_MAGIC_CODE = -626843481   # MessageDecoder.MESSAGE_MAGIC_CODE (v1: IPv4 hosts)
+PERM_READ_WRITE = 6
+MASTER_ID = 0
+NAME_VALUE, PROPERTY_SEP = "\x01", "\x02"
+
+
+# ---------------------------------------------------------------- properties
+
+def properties_to_string(props: dict) -> str:
+    return "".join(f"{k}{NAME_VALUE}{v}{PROPERTY_SEP}" for k, v in props.items())
+
+
+def string_to_properties(text: str | None) -> dict:
+    out = {}
+    for item in (text or "").split(PROPERTY_SEP):
+        name, sep, value = item.partition(NAME_VALUE)
+        if sep and name:
+            out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------- messages
+
+def ipv4(host: str) -> bytes:
+    try:
+        return socket.inet_aton(host)
+    except OSError:
+        return b"\x7f\x00\x00\x01"
+
+
+def encode_message(*, body: bytes, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int,
+                   born_ts: int, born_host: tuple[str, int], store_ts: int, store_host: tuple[str, int],
+                   reconsume_times: int, properties: dict, sys_flag: int = 0, flag: int = 0) -> bytes:
+    """One message as MessageDecoder.decode reads it (the store's on-disk record)."""
+    topic_raw = topic.encode()
+    props_raw = properties_to_string(properties).encode()
+    size = (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + len(body) + 1 + len(topic_raw)
+            + 2 + len(props_raw))
+    return b"".join((
+        struct.pack(">iiiiiqqiq", size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag,
+                    queue_offset, commit_log_offset, sys_flag, born_ts),
+        ipv4(born_host[0]), struct.pack(">iq", born_host[1], store_ts),
+        ipv4(store_host[0]), struct.pack(">iiqi", store_host[1], reconsume_times, 0, len(body)),
+        body, struct.pack(">B", len(topic_raw)), topic_raw, struct.pack(">h", len(props_raw)), props_raw,
+    ))
+
+
+def offset_message_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
+    """MessageDecoder.createMessageId: store host, port and commit-log offset in hex."""
+    return (ipv4(store_host[0]) + struct.pack(">iq", store_host[1], commit_log_offset)).hex().upper()
+
+
+# ---------------------------------------------------------------- JSON dialect
+
+def dumps(value) -> bytes:
+    """fastjson's output: integer-keyed maps with bare keys."""
+    return _dump(value).encode()
+
+
+class ObjectKey(tuple):
+    """A map key that fastjson writes as a JSON object (``{{"topic":..}:{..}}``), as the
+    broker keys TopicStatsTable and ConsumeStats by MessageQueue."""
+
+    @classmethod
+    def of(cls, **fields) -> "ObjectKey":
+        return cls(sorted(fields.items()))
+
+
+def message_queue_key(topic: str, broker: str, queue_id: int) -> ObjectKey:
+    return ObjectKey.of(topic=topic, brokerName=broker, queueId=queue_id)
+
+
+def _dump(value) -> str:
+    if isinstance(value, dict):
+        parts = []
+        for k, v in value.items():
+            if isinstance(k, ObjectKey):
+                key = _dump(dict(k))
+            else:
+                key = str(k) if isinstance(k, int) and not isinstance(k, bool) else json.dumps(str(k))
+            parts.append(f"{key}:{_dump(v)}")
+        return "{" + ",".join(parts) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "[" + ",".join(_dump(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def loads(raw: bytes | str):
+    """Standard JSON, or fastjson's: bare integer keys, and objects as keys (read as
+    ObjectKey). ValueError if it is neither."""
+    text = raw.decode() if isinstance(raw, (bytes, bytearray)) else raw
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    return _Lenient(text).document()
+
+
+class _Lenient:
+    """A small JSON reader whose object keys may be strings, bare numbers or objects."""
+
+    _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+
+    def __init__(self, text: str):
+        self.text, self.pos = text, 0
+
+    def document(self):
+        value = self.value()
+        self.space()
+        if self.pos != len(self.text):
+            raise ValueError(f"extra data at {self.pos}")
+        return value
+
+    def space(self):
+        while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
+            self.pos += 1
+
+    def value(self):
+        self.space()
+        if self.pos >= len(self.text):
+            raise ValueError("unexpected end")
+        c = self.text[self.pos]
+        if c == "{":
+            return self.obj()
+        if c == "[":
+            self.pos += 1
+            out = []
+            self.space()
+            if self.text.startswith("]", self.pos):
+                self.pos += 1
+                return out
+            while True:
+                out.append(self.value())
+                self.space()
+                if self.text.startswith(",", self.pos):
+                    self.pos += 1
+                elif self.text.startswith("]", self.pos):
+                    self.pos += 1
+                    return out
+                else:
+                    raise ValueError(f"expected , or ] at {self.pos}")
+        if c == '"':
+            value, self.pos = json.decoder.scanstring(self.text, self.pos + 1)
+            return value
+        for word, value in (("true", True), ("false", False), ("null", None)):
+            if self.text.startswith(word, self.pos):
+                self.pos += len(word)
+                return value
+        m = self._NUMBER.match(self.text, self.pos)
+        if not m:
+            raise ValueError(f"unexpected {c!r} at {self.pos}")
+        self.pos = m.end()
+        return json.loads(m.group())
+
+    def obj(self):
+        self.pos += 1
+        out = {}
+        self.space()
+        if self.text.startswith("}", self.pos):
+            self.pos += 1
+            return out
+        while True:
+            key = self.value()
+            if isinstance(key, dict):
+                key = ObjectKey(sorted((k, _hashable(v)) for k, v in key.items()))
+            elif not isinstance(key, str):
+                key = json.dumps(key)   # a bare number key reads as its text, as JSON's would
+            self.space()
+            if not self.text.startswith(":", self.pos):
+                raise ValueError(f"expected : at {self.pos}")
+            self.pos += 1
+            out[key] = self.value()
+            self.space()
+            if self.text.startswith(",", self.pos):
+                self.pos += 1
+            elif self.text.startswith("}", self.pos):
+                self.pos += 1
+                return out
+            else:
+                raise ValueError(f"expected , or }} at {self.pos}")
+
+
+def _hashable(value):
+    if isinstance(value, dict):
+        return ObjectKey(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
