@@ -19,14 +19,14 @@ from functools import lru_cache, wraps
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import JsonResponse
-from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from consumers_app.allocate import STRATEGY_NAMES
 from consumers_app.lab import bus
-from consumers_app.lab.actions import CONSUMER_ACTIONS, MODES
+from consumers_app.lab.actions import MODES
+from consumers_app.lab.peers import OURS, available_clients
 
-from .auth import user_for_api_token
+from . import auth
 from .throttle import Limiter
 
 log = logging.getLogger(__name__)
@@ -66,31 +66,14 @@ def burst_limiter() -> Limiter:
 
 # ---------------------------------------------------------------- authentication
 
-# The CSRF check Django's middleware would have made, run by hand for session callers
-# only (the views are csrf_exempt so that token callers, who send no cookie, pass).
-_csrf_check = CsrfViewMiddleware(lambda request: None)
-
-
 async def _authenticate(request, *, write: bool):
     """(caller's user id or None for an anonymous reader, None) if the caller may go on,
     else (None, the error response)."""
-    header = request.headers.get("Authorization")
-    if header is not None:
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "token" or not token.strip():
-            return None, error(401, "the Authorization header must read 'Token <api token>'")
-        user = await sync_to_async(user_for_api_token)(token.strip())
-        if user is None:
-            return None, error(401, "unknown API token (create one with: manage.py createtoken USERNAME)")
-        return user.pk, None
-    user = await request.auser()
-    if not user.is_authenticated:
-        if not write and settings.DASHBOARD_PUBLIC_READ:
-            return None, None
-        return None, error(401, "authentication required: log in, or send 'Authorization: Token <api token>'")
-    if write and _csrf_check.process_view(request, None, (), {}) is not None:
-        return None, error(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
-    return user.pk, None
+    try:
+        user = await sync_to_async(auth.caller)(request, write=write)
+    except auth.Refused as refused:
+        return None, error(refused.status, refused.message)
+    return (user.pk if user else None), None
 
 
 def _throttle(user_id) -> None:
@@ -222,8 +205,10 @@ async def group_mode(request, group):
 
 @lab_view("POST")
 async def group_consumers(request, group):
-    mode = body(request, {"mode": "name"})["mode"]
-    return await bus.request("add_consumer", group=group, mode=_one_of("mode", mode, MODES))
+    data = body(request, {"mode": "name"}, {"client": "name"})
+    mode = _one_of("mode", data["mode"], MODES)
+    client = _one_of("client", data.get("client", OURS), available_clients())
+    return await bus.request("add_consumer", group=group, mode=mode, **({} if client == OURS else {"client": client}))
 
 
 @lab_view("POST")

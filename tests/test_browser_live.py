@@ -25,7 +25,8 @@ SHOTS = REPO / "test-output" / "screenshots"
 GROUP = '.group[data-group="GID_LAB"]'
 LOGIN_LINE = re.compile(r"open (http://\S+/login/\?token=\S+)")
 # Short lab timings so a killed consumer is expired in seconds, not RocketMQ's 120 s.
-FAST_LAB = ["--broker-arg=--client-expiry-ms=3000", "--broker-arg=--client-scan-ms=500",
+FAST_LAB = ["--namesrv-port=0", "--remoting-port=0",
+            "--broker-arg=--client-expiry-ms=3000", "--broker-arg=--client-scan-ms=500",
             "--client-option=*.heartbeat_interval_ms=1000"]
 
 

@@ -13,6 +13,7 @@ import pytest_asyncio
 from channels.layers import get_channel_layer
 
 from consumers_app.allocate import get_strategy, sort_for_allocation
+from consumers_app.events import EVENT_TYPES, event_from_dict, now_ms
 from consumers_app.lab import bus
 from consumers_app.lab.controller import LabController
 from consumers_app.lab.scenario import DEFAULT
@@ -93,9 +94,11 @@ def live_members(lab, group="GID_LAB") -> list[str]:
             if s["status"] in ("running", "hung", "cut")]
 
 
-def balanced_as(lab, strategy, group="GID_LAB"):
-    """The group's assignments as ``strategy`` computes them for its live members."""
+def balanced_as(lab, strategy=None, group="GID_LAB"):
+    """The group's assignments as ``strategy`` (default: the group's own) computes them
+    for its live members."""
     view = group_view(lab.state.snapshot(), group)
+    strategy = strategy or view["strategy"]
     members = live_members(lab, group)
     labels = [x for x in lab.state.topics["TopicTest"] if lab.state.brokers[broker_of(x)]]
     assignments = {c: sorted(q) for c, q in view["assignments"].items()}
@@ -128,13 +131,15 @@ async def test_set_strategy_switches_every_member_at_once(lab):
     labels = lab.state.topics["TopicTest"]
     answered = {c: sorted(q) for c, q in group_view(snapshot)["assignments"].items()}
     assert answered == expected_assignments("AVG_BY_CIRCLE", members, labels)
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="AVG_BY_CIRCLE")
-    clients = group_view(lab.state.snapshot())["clients"]
-    assert {c["strategy"] for c in clients.values() if c["status"] == "running"} == {"AVG_BY_CIRCLE"}
-    # AVG and AVG_BY_CIRCLE really differ here: contiguous blocks vs every third queue.
-    members = live_members(lab)
-    labels = lab.state.topics["TopicTest"]
-    assert expected_assignments("AVG", members, labels) != expected_assignments("AVG_BY_CIRCLE", members, labels)
+    try:
+        await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="AVG_BY_CIRCLE")
+        clients = group_view(lab.state.snapshot())["clients"]
+        assert {c["strategy"] for c in clients.values() if c["status"] == "running"} == {"AVG_BY_CIRCLE"}
+        # AVG and AVG_BY_CIRCLE really differ here: contiguous blocks vs every third queue.
+        members = live_members(lab)
+        assert expected_assignments("AVG", members, labels) != expected_assignments("AVG_BY_CIRCLE", members, labels)
+    finally:
+        await bus.request("set_strategy", group="GID_LAB", strategy="AVG")   # as the scenario started
 
 
 def comparable(snapshot) -> dict:
@@ -144,6 +149,9 @@ def comparable(snapshot) -> dict:
                    for g, v in snapshot["groups"].items()},
         "topics": snapshot["topics"], "brokers": snapshot["brokers"], "producers": snapshot["producers"],
     }
+
+
+LIVE = object()   # stands for a consumer that is alive when the test runs
 
 
 @pytest.mark.parametrize("action, params, reason", [
@@ -156,10 +164,10 @@ def comparable(snapshot) -> dict:
     ("add_consumer", {"group": "bad group!"}, "bad group name"),
     ("add_consumer", {"group": "GID_NEW", "topic": "NoSuchTopic"}, "unknown topic 'NoSuchTopic'"),
     ("consumer", {"client_id": "c999", "action": "hang"}, "unknown consumer 'c999'"),
-    ("consumer", {"client_id": "c1", "action": "explode"}, "unknown consumer action 'explode'"),
-    ("consumer", {"client_id": "c1", "action": "slow", "ms": "fast"}, "ms must be a number"),
-    ("consumer", {"client_id": "c1", "action": "slow", "ms": -5}, "ms must be between"),
-    ("consumer", {"client_id": "c1", "action": "fail", "ratio": 1.5}, "ratio must be between"),
+    ("consumer", {"client_id": LIVE, "action": "explode"}, "unknown consumer action 'explode'"),
+    ("consumer", {"client_id": LIVE, "action": "slow", "ms": "fast"}, "ms must be a number"),
+    ("consumer", {"client_id": LIVE, "action": "slow", "ms": -5}, "ms must be between"),
+    ("consumer", {"client_id": LIVE, "action": "fail", "ratio": 1.5}, "ratio must be between"),
     ("producer_rate", {"topic": "TopicTest", "rate": -1}, "rate must be between"),
     ("producer_rate", {"topic": "TopicTest", "rate": "lots"}, "rate must be a number"),
     ("producer_rate", {"topic": "TopicTest", "rate": True}, "rate must be a number"),
@@ -172,6 +180,7 @@ def comparable(snapshot) -> dict:
     ("broker", {"broker": "broker-a", "online": "no"}, "online must be true or false"),
 ])
 async def test_bad_requests_are_refused_and_change_nothing(lab, action, params, reason):
+    params = {k: live_members(lab)[0] if v is LIVE else v for k, v in params.items()}
     before = comparable(lab.state.snapshot())
     with pytest.raises(bus.LabError) as refused:
         await bus.request(action, **params)
@@ -188,13 +197,13 @@ async def test_removing_every_queue_is_refused(lab, broker):
         assert lab.state.topics["TopicTest"] == [f"broker-b:{q}" for q in range(4)]
     finally:
         await bus.request("queues", topic="TopicTest", delta=4, broker="broker-a")
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="8 queues again")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="8 queues again")
 
 
 async def test_added_queues_are_shared_after_each_route_refresh(lab, browser):
     snapshot = await bus.request("queues", topic="TopicTest", delta=2, broker="broker-b")
     assert snapshot["topics"]["TopicTest"][-2:] == ["broker-b:4", "broker-b:5"]
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="10 queues shared")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="10 queues shared")
     # Nobody was told: each consumer saw it in its own route refresh (1 s here, 30 s by
     # default), and the page says when.
     def noticed_by_all():
@@ -206,21 +215,21 @@ async def test_added_queues_are_shared_after_each_route_refresh(lab, browser):
     await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("delta") == 2],
                            timeout=5, message="the broker event published")
     await bus.request("queues", topic="TopicTest", delta=-2, broker="broker-b")
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="back to 8 queues")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="back to 8 queues")
 
 
 async def test_an_offline_broker_leaves_the_group_to_the_other_brokers_queues(lab, browser):
     snapshot = await bus.request("broker", broker="broker-b", online=False)
     assert snapshot["brokers"]["broker-b"] == {"online": False}
     try:
-        await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="broker-a only")
+        await async_wait_until(lambda: balanced_as(lab), timeout=15, message="broker-a only")
         owned = [q for qs in group_view(lab.state.snapshot())["assignments"].values() for q in qs]
         assert sorted(owned) == [f"broker-a:{q}" for q in range(4)]
         await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("change") == "offline"],
                                timeout=5, message="the offline event published")
     finally:
         await bus.request("broker", broker="broker-b", online=True)
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="both brokers again")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="both brokers again")
 
 
 async def test_a_hung_consumer_hits_flow_control(lab):
@@ -245,16 +254,20 @@ async def test_a_hung_consumer_hits_flow_control(lab):
 
 async def test_a_killed_consumer_leaves_at_once(lab):
     victim = live_members(lab)[-1]
+    killed_at = now_ms()
     snapshot = await bus.request("consumer", client_id=victim, action="kill")
     view = group_view(snapshot)
     assert view["clients"][victim]["status"] == "killed"
     assert victim not in view["assignments"]
     # Its connection closed: the broker drops it at once and the survivors take over.
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=20, message="survivors rebalanced")
-    left = [e for e in group_view(lab.state.snapshot())["membership_log"] if victim in e.get("left", [])]
+    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="survivors rebalanced")
+    left = [e for e in group_view(lab.state.snapshot())["membership_log"]
+            if victim in e.get("left", []) and e["ts"] >= killed_at]
     assert [e["reason"] for e in left] == ["closed"]
     with pytest.raises(bus.LabError, match=f"consumer {victim} is killed"):
         await bus.request("consumer", client_id=victim, action="hang")
+    await bus.request("add_consumer", group="GID_LAB")   # three again, as the scenario started
+    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="a newcomer took its share")
 
 
 async def test_a_cut_consumer_keeps_its_queues_until_the_broker_expires_it(lab):
@@ -279,21 +292,21 @@ async def test_a_cut_consumer_keeps_its_queues_until_the_broker_expires_it(lab):
     assert {q: "shared" for q in held}.items() <= view["ownership_issues"].items()
     # Healed, it heartbeats again, rejoins and the group rebalances.
     await bus.request("consumer", client_id=victim, action="resume")
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=20, message="rejoined")
+    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="rejoined")
 
 
 async def test_add_and_stop_a_consumer(lab):
     reply = await bus.request("add_consumer", group="GID_LAB")
     new = reply["client_id"]
     assert new in group_view(reply["state"])["members"]
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message=f"{new} got queues")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message=f"{new} got queues")
     assert group_view(lab.state.snapshot())["assignments"][new]
 
     snapshot = await bus.request("consumer", client_id=new, action="stop")
     # A graceful stop says goodbye: the broker drops it at once, no expiry needed.
     assert new not in group_view(snapshot)["members"]
     assert group_view(snapshot)["clients"][new]["status"] == "stopped"
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="rebalanced after stop")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="rebalanced after stop")
 
 
 async def test_producer_rate_and_burst(lab):
@@ -316,11 +329,11 @@ async def test_set_mode_replaces_the_consumers(lab):
     assert len(now) == len(before) and not set(now) & set(before)
     assert {view["clients"][c]["mode"] for c in now} == {"lite_pull"}
     assert {view["clients"][c]["status"] for c in before} == {"stopped"}
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="lite pull balanced")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="lite pull balanced")
 
     snapshot = await bus.request("set_mode", group="GID_LAB", mode="push")
     assert group_view(snapshot)["mode"] == "push"
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="push again")
+    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="push again")
 
 
 async def test_a_pop_group_side_by_side(lab):
@@ -365,7 +378,7 @@ async def test_a_dead_worker_is_replaced_with_its_consumers(lab, browser):
     assert all(clients[c]["worker"] != link.worker_id for c in live_members(lab))
     await async_wait_until(lambda: any(e["fault"] == "worker_replaced" for e in browser.events("fault")),
                            timeout=5, message="worker_replaced fault published")
-    await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=20, message="recovered")
+    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="recovered")
 
 
 async def test_browsers_get_coalesced_batches_and_snapshots(lab, browser):
@@ -373,8 +386,15 @@ async def test_browsers_get_coalesced_batches_and_snapshots(lab, browser):
     for batch in browser.batches:
         keys = [(e["group"], e["client_id"], e["queue"]) for e in batch if e["type"] == "pq"]
         assert len(keys) == len(set(keys)), "one pq event per queue and consumer per batch"
-    # Every kind of story event reached the browser, and a periodic snapshot too.
+    # A fault of our own (whatever ran before), then: every kind of story event reached
+    # the browser in its JSON form, and a periodic snapshot too.
+    victim = live_members(lab)[0]
+    await lab.handle("consumer", {"client_id": victim, "action": "slow", "ms": 0})
+    await async_wait_until(lambda: any(e["client_id"] == victim for e in browser.events("fault")),
+                           timeout=5, message="the fault published")
     kinds = {e["type"] for e in browser.events()}
-    assert {"assignment", "rebalance", "membership", "pq", "flow_control", "fault", "broker", "snapshot"} <= kinds
+    assert {"assignment", "rebalance", "membership", "pq", "fault", "snapshot"} <= kinds
+    assert kinds <= EVENT_TYPES | {"snapshot"}
+    assert all(event_from_dict(e).to_dict() == e for e in browser.events() if e["type"] != "snapshot")
     snapshots = browser.events("snapshot")
     assert "GID_LAB" in snapshots[-1]["groups"]

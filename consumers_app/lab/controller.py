@@ -33,12 +33,15 @@ import time
 import grpc
 
 from consumers_app import allocate
-from consumers_app.events import make_event, now_ms
-from consumers_app.message_queue import broker_of
+from consumers_app.broker.remoting import wire
+from consumers_app.broker.remoting.client import RemotingClient, broker_addresses
+from consumers_app.events import Event, make_event, now_ms
+from consumers_app.message_queue import MessageQueue, broker_of
 from consumers_app.protocol import lab, lab_grpc
 
 from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
+from .peers import OURS, PEER_CLIENTS, PeerConsumer, available_clients
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
@@ -50,6 +53,8 @@ GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,120}$")   # RocketMQ's valid group/
 MAX_CONSUMERS = 32
 MAX_RATE = 50_000
 MAX_BURST = 100_000
+# Figures superseded by the next report: they never settle an action.
+FIGURE_TYPES = frozenset({"pq", "flow_control", "consume", "offset", "pop"})
 SETTLE_TIMEOUT = 5.0      # how long an action waits for its effect before answering anyway
 GONE_GRACE_S = 60.0       # how long a stopped/killed/crashed consumer stays on the page
 
@@ -78,7 +83,10 @@ class LabController:
         self._tasks: list[asyncio.Task] = []
         self._snapshot_due = False
         self._recorder = None            # recorder.Recorder, when recording
-        self._unrecorded: list[dict] = []
+        self._unrecorded: list[Event] = []
+        # Actions waiting for the state they changed: (condition, future), re-checked
+        # whenever an event that tells a story (not a figure) has been applied.
+        self._waiters: list[tuple] = []
         # A worker that dies is replaced and its consumers restarted under new ids, as an
         # operator's process manager would; the old ids stay in the log as crashed.
         self.replace_lost_workers = replace_lost_workers
@@ -88,6 +96,10 @@ class LabController:
         # Gone consumers and empty groups leave the snapshot after this (their story stays
         # in the membership log), so a lab running for days keeps its frames small.
         self.gone_grace_s = gone_grace_s
+        # Other people's clients (peers.py) need the broker's name server; runlab sets it.
+        self.namesrv: str | None = None
+        self._peers: dict[str, PeerConsumer] = {}     # client id -> its process
+        self._remoting: RemotingClient | None = None   # to ask peers what only remoting carries
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -116,6 +128,9 @@ class LabController:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks, self._watchers = [], {}
+        await asyncio.gather(*(peer.stop() for peer in list(self._peers.values())), return_exceptions=True)
+        if self._remoting is not None:
+            await self._remoting.close()
         await self.supervisor.stop()
         if self._recorder is not None:
             await self._record()
@@ -162,7 +177,8 @@ class LabController:
                 topics[topic][broker] += 1
         groups = []
         for name, group in self.state.groups.items():
-            live = [self.state.clients[c] for c in self._live_clients(name)]
+            # Our consumers only: a peer's process is not restarted with the lab.
+            live = [c for c in map(self.state.clients.get, self._live_clients(name)) if c.client == OURS]
             if not live:
                 continue
             faults = tuple(ConsumerFaults(slow_ms=c.slow_ms, fail_ratio=c.fail_ratio, hung=c.status == "hung")
@@ -182,20 +198,24 @@ class LabController:
 
     # -- what comes in -------------------------------------------------------------
 
-    def emit(self, type: str, group: str = "", client_id: str = "", **fields) -> dict:
+    def emit(self, type: str, group: str = "", client_id: str = "", **fields) -> Event:
         """An event of the controller's own, handled exactly like a worker's."""
         event = make_event(type, group, client_id, **fields)
-        self._take(event)
+        self._take([event])
         return event
 
-    def _take(self, event: dict) -> None:
-        self.state.apply(event)
-        if self._recorder is not None:
-            self._unrecorded.append(event)
-
-    def _worker_events(self, link: WorkerLink, events: list[dict]) -> None:
+    def _take(self, events: list[Event]) -> None:
         for event in events:
-            self._take(event)
+            self.state.apply(event)
+        if self._recorder is not None:
+            self._unrecorded += events
+        if self._waiters and any(e.type not in FIGURE_TYPES for e in events):
+            for condition, future in self._waiters:
+                if not future.done() and condition():
+                    future.set_result(True)
+
+    def _worker_events(self, link: WorkerLink, events: list[Event]) -> None:
+        self._take(events)
 
     def _worker_lost(self, link: WorkerLink) -> None:
         lost_groups, lost_rates = [], {}
@@ -237,7 +257,7 @@ class LabController:
         self.state.broker_process = {"managed": True, **status}
         self._snapshot_due = True
         if was_up != status["up"]:
-            self.emit("broker", "", "", process="up" if status["up"] else "down",
+            self.emit("broker", "", "", change="process", process="up" if status["up"] else "down",
                       restarts=status["restarts"], reason=status.get("reason", ""))
 
     def _membership_changed(self, change) -> None:
@@ -279,6 +299,7 @@ class LabController:
                  "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts, "inflight": q.inflight}
                 for q in response.queues if q.queue.topic == group.topic
             ])
+            await self._peer_assignments(group, response.queues)
             if self._recorder is not None:
                 rows += self._snapshot_rows(name, ts, response.queues, self._queue_holders(name))
         if rows:
@@ -300,7 +321,7 @@ class LabController:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.flush_interval)
-            batch = self.state.drain()
+            batch = [e.to_dict() for e in self.state.drain()]
             if self._snapshot_due:
                 self._snapshot_due = False
                 batch.append(self.state.snapshot())
@@ -395,9 +416,21 @@ class LabController:
             await self._settle(group)
         return self.state.snapshot()
 
-    async def action_add_consumer(self, group, mode=None, topic=None, strategy=None) -> dict:
+    async def action_add_consumer(self, group, mode=None, topic=None, strategy=None, client=OURS) -> dict:
         if not isinstance(group, str) or not GROUP_NAME.match(group):
             raise bus.LabError(f"bad group name {group!r}: use letters, digits, '_', '-', '%' or '|'")
+        if client not in available_clients():
+            raise bus.LabError(f"unknown or uninstalled client {client!r}; available: {', '.join(available_clients())}")
+        if client != OURS:
+            kind = PEER_CLIENTS[client]
+            if (mode or "push") not in kind.modes:
+                raise bus.LabError(f"{client} consumers play {', '.join(kind.modes)} mode only, not {mode!r}")
+            if not self.namesrv:
+                raise bus.LabError(f"{client} needs the broker's name server, and this lab's broker has none "
+                                   f"(start it with runlab, or runbroker --namesrv-port)")
+            existing = self.state.groups.get(group)
+            if existing is not None and existing.mode not in kind.modes:
+                raise bus.LabError(f"group {group} consumes in {existing.mode} mode; {client} plays push only")
         if sum(c.alive for c in self.state.clients.values()) >= MAX_CONSUMERS:
             raise bus.LabError(f"the lab runs at most {MAX_CONSUMERS} consumers")
         existing = self.state.groups.get(group)
@@ -413,8 +446,11 @@ class LabController:
             strategy = self._valid_strategy(strategy if strategy is not None else "AVG", None)[0]
             topic = self._valid_topic(topic if topic is not None else self._default_topic())
             self._create_group(group, topic, mode, strategy)
-        client_id = await self._start_consumer(group)
-        await self._settle(group)
+        if client == OURS:
+            client_id = await self._start_consumer(group)
+            await self._settle(group)
+        else:
+            client_id = await self._start_peer(group, PEER_CLIENTS[client])
         return {"client_id": client_id, "state": self.state.snapshot()}
 
     async def action_consumer(self, client_id, action, ms=None, ratio=None) -> dict:
@@ -425,6 +461,9 @@ class LabController:
             raise bus.LabError(f"consumer {client_id} is {client.status}")
         if action not in CONSUMER_ACTIONS:
             raise bus.LabError(f"unknown consumer action {action!r}; valid: {', '.join(CONSUMER_ACTIONS)}")
+        peer = self._peers.get(client_id)
+        if peer is not None:
+            return await self._peer_action(peer, action)
         detail = {}
         if action == "slow":
             detail["ms"] = self._valid_number("ms", ms, 0, 60_000, integer=True)
@@ -476,7 +515,7 @@ class LabController:
         changed_at = now_ms()   # before the broker changes: a refresh may see it at once
         info = self._check(await self.admin.AddQueues(
             lab.AddQueuesRequest(topic=topic, delta=delta, broker_name=broker), timeout=10))
-        queues = [f"{q.broker_name}:{q.queue_id}" for q in info.queues]
+        queues = [MessageQueue(topic, q.broker_name, q.queue_id) for q in info.queues]
         self.emit("broker", "", "", ts=changed_at, broker=broker, topic=topic, change="queues", delta=delta,
                   queues=queues)
         await self.refresh_topology()
@@ -605,6 +644,90 @@ class LabController:
         self.state.apply_client_snapshot(reply["snapshot"])
         return client_id
 
+    # -- other people's clients (peers.py) ---------------------------------------------
+
+    async def _start_peer(self, group_name: str, kind) -> str:
+        group = self.state.groups[group_name]
+        before = set(group.members)
+        peer = PeerConsumer(kind, self.namesrv, group_name, group.topic, self._peer_exited)
+        try:
+            client_id = await peer.start()
+        except RuntimeError as exc:
+            raise bus.LabError(str(exc)) from None
+        if not client_id:   # it did not say: the one member the broker gained is it
+            def newcomer():
+                new = [c for c in group.members if c not in before and c not in self.state.clients]
+                return new[0] if len(new) == 1 else None
+            if not await self._wait_for(lambda: newcomer() is not None, timeout=30):
+                peer.kill()
+                raise bus.LabError(f"{kind.name} started but never registered with the broker")
+            client_id = peer.client_id = newcomer()
+        self._peers[client_id] = peer
+        client = self.state.add_client(client_id, group_name, group.mode, kind.name)
+        client.status, client.client, client.strategy = "running", kind.name, "its own (AVG)"
+        client.assignment_source = "broker"   # until it says (running info), if it ever does
+        return client_id
+
+    async def _peer_action(self, peer: PeerConsumer, action: str) -> dict:
+        if action not in peer.kind.actions:
+            raise bus.LabError(f"{peer.kind.name} consumers take only {', '.join(peer.kind.actions)} here, "
+                               f"not {action!r} (the lab cannot reach inside that client)")
+        if action == "stop":
+            await peer.stop()
+        else:
+            peer.kill()
+            await peer.proc.wait()
+        self.state.client_gone(peer.client_id, "stopped" if action == "stop" else "killed")
+        self.emit("fault", peer.group, peer.client_id, fault=action)
+        return self.state.snapshot()
+
+    def _peer_exited(self, peer: PeerConsumer, code: int) -> None:
+        self._peers.pop(peer.client_id, None)
+        if not peer.stopping and peer.client_id:
+            log.warning("%s consumer %s exited by itself (%s)", peer.kind.name, peer.client_id, code)
+            self.state.client_gone(peer.client_id, "crashed")
+            self.emit("fault", peer.group, peer.client_id, fault="crashed", worker=peer.kind.name)
+
+    async def _peer_assignments(self, group, queues) -> None:
+        """A peer's assignment: what it says it holds (GET_CONSUMER_RUNNING_INFO) where it
+        answers, else what the broker sees it pull (the queues it pulled last)."""
+        peers = [c for c in self._live_clients(group.name) if c in self._peers]
+        if not peers:
+            return
+        seen = {c: [] for c in peers}
+        for q in queues:
+            if q.last_puller in seen and q.queue.topic == group.topic:
+                seen[q.last_puller].append(f"{q.queue.broker_name}:{q.queue.queue_id}")
+        for client_id, labels in seen.items():
+            if self._peers[client_id].kind.running_info:
+                held = await self._running_info_queues(group, client_id)
+                if held is not None:
+                    self.state.clients[client_id].assignment_source = "client"
+                    labels = held
+            self.state.set_assignment(group.name, client_id, labels)
+
+    async def _running_info_queues(self, group, client_id: str) -> list[str] | None:
+        """The queues of ``group``'s topic in the client's mqTable (not dropped), or None
+        when it cannot be asked (then the broker's view stands)."""
+        try:
+            if self._remoting is None or self._remoting.closed:
+                addresses = await broker_addresses(self.namesrv, group.topic)
+                self._remoting = await RemotingClient.connect(next(iter(addresses.values())))
+            answer = await self._remoting.request(wire.GET_CONSUMER_RUNNING_INFO, {
+                "consumerGroup": group.name, "clientId": client_id, "jstackEnable": False}, timeout=3)
+            if answer.code != wire.SUCCESS:
+                return None
+            table = wire.loads(answer.body).get("mqTable") or {}
+        except (OSError, LookupError, ValueError, TimeoutError, AttributeError) as exc:
+            log.debug("running info of %s: %s", client_id, exc)   # e.g. an empty mqTable the C++ client malforms
+            return None
+        held = []
+        for key, info in table.items():
+            mq = dict(key) if isinstance(key, tuple) else {}
+            if mq.get("topic") == group.topic and not (isinstance(info, dict) and info.get("droped")):
+                held.append(f"{mq.get('brokerName')}:{mq.get('queueId')}")
+        return held
+
     async def _stop_consumer(self, client_id: str, how: str) -> None:
         try:
             await self._command(client_id, "consumer", action=how)
@@ -635,17 +758,21 @@ class LabController:
             live = [self.state.clients[c] for c in self._live_clients(group)]
             if set(g.members) != {c.client_id for c in live}:
                 return False
-            if g.mode == "pop":
-                return True
+            if g.mode == "pop" or any(c.client != OURS for c in live):
+                return True   # pop shares queues; a peer rebalances on its own timer, as it likes
             return (all(c.client_id in g.assignments and c.strategy == g.strategy for c in live)
                     and not self.state.group_snapshot(g)["ownership_issues"])
         return await self._wait_for(settled)
 
-    @staticmethod
-    async def _wait_for(condition, timeout: float = SETTLE_TIMEOUT) -> bool:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not condition():
-            if asyncio.get_running_loop().time() > deadline:
-                return False
-            await asyncio.sleep(0.02)
-        return True
+    async def _wait_for(self, condition, timeout: float = SETTLE_TIMEOUT) -> bool:
+        """Wait until ``condition()`` holds, checked again after each event that changes it."""
+        if condition():
+            return True
+        waiter = (condition, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(waiter[1], timeout)
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.remove(waiter)

@@ -12,6 +12,8 @@
   const MODES = root.dataset.modes.split(",");
   // action -> one line on what it does (consumers_app/lab/actions.py)
   const ACTIONS = JSON.parse(document.getElementById("consumer-actions").textContent);
+  // "ours", then the other RocketMQ clients installed here (ali-ons...), which join over remoting.
+  const CLIENTS = JSON.parse(document.getElementById("lab-clients").textContent);
   // RocketMQ's defaults: pullThresholdForQueue, pullThresholdSizeForQueue, consumeConcurrentlyMaxSpan.
   const THRESHOLDS = { cached_count: 1000, cached_mib: 100, span: 2000 };
   const PALETTE = ["#2f6fdf", "#e8871e", "#2ba36b", "#9b4dca", "#d6457a", "#1aa3b5",
@@ -352,6 +354,7 @@
     const ms = el("input", { type: "number", name: "ms", min: 0, step: 50, value: 200, "aria-label": "ms per message" });
     const ratio = el("input", { type: "number", name: "ratio", min: 0, max: 1, step: 0.05, value: 0.2, "aria-label": "fail ratio" });
     const addMode = el("select", { name: "mode", "aria-label": "mode of the new consumer" }, MODES.map((m) => el("option", { value: m }, m)));
+    const addClient = el("select", { name: "client", "aria-label": "which RocketMQ client" }, CLIENTS.map((c) => el("option", { value: c }, c)));
     return el("div", { class: "consumer-controls", "data-role": "consumer-controls" },
       el("div", { class: "control" },
         el("span", { class: "label" }, "Consumer"), who,
@@ -363,9 +366,10 @@
       el("ul", { class: "action-help", "data-role": "action-help" },
         ["kill", "cut", "hang"].map((a) => el("li", {}, el("b", {}, a), ": ", ACTIONS[a]))),
       el("div", { class: "control" },
-        el("span", { class: "label" }, "Add"), addMode,
+        el("span", { class: "label" }, "Add"), addMode, CLIENTS.length > 1 ? addClient : null,
         el("button", { type: "button", "data-action": "add-consumer", onclick: (event) =>
-          callApi(`/api/groups/${encodeURIComponent(name)}/consumers`, { mode: addMode.value }, event.currentTarget) }, "add consumer")));
+          callApi(`/api/groups/${encodeURIComponent(name)}/consumers`, { mode: addMode.value, client: addClient.value },
+            event.currentTarget) }, "add consumer")));
   }
 
   function setSelect(select, value) {
@@ -438,6 +442,10 @@
         el("th", { scope: "row", class: "consumer", title: cid },
           el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
           status !== "running" ? el("span", { class: `status ${status}` }, status) : null,
+          c.client && c.client !== "ours" ? el("span", { class: "peer", "data-role": "peer-client",
+            title: c.assignment_source === "broker" ? `${c.client}: its queues are what the broker sees it pull`
+              : `${c.client}: its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)` },
+            c.assignment_source === "broker" ? `${c.client} · seen by the broker` : c.client) : null,
           faults ? el("span", { class: "faults" }, faults) : null),
         queues.map((label) => {
           if (pop) {
@@ -660,7 +668,8 @@
     groupForm.addEventListener("submit", (event) => {
       event.preventDefault();
       const f = new FormData(groupForm);
-      callApi(`/api/groups/${encodeURIComponent(f.get("group").trim())}/consumers`, { mode: f.get("mode") }, event.submitter);
+      callApi(`/api/groups/${encodeURIComponent(f.get("group").trim())}/consumers`,
+        { mode: f.get("mode"), client: f.get("client") || "ours" }, event.submitter);
     });
   }
 
