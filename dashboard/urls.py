@@ -1,9 +1,11 @@
 from django.contrib.auth.views import LogoutView
 from django.urls import include, path, re_path
 
+from consumers_app.lab.actions import CONSUMER_ACTIONS
+
 from . import api, views
 
-CONSUMER_ACTION = "|".join(api.CONSUMER_ACTIONS)
+CONSUMER_ACTION = "|".join(CONSUMER_ACTIONS)
 
 api_patterns = [
     path("state", api.state, name="api-state"),
@@ -12,6 +14,7 @@ api_patterns = [
     path("groups/<str:group>/consumers", api.group_consumers, name="api-group-consumers"),
     re_path(rf"^consumers/(?P<client_id>[^/]+)/(?P<action>{CONSUMER_ACTION})$", api.consumer_action,
             name="api-consumer-action"),
+    path("observe", api.observe, name="api-observe"),
     path("producers/rate", api.producer_rate, name="api-producer-rate"),
     path("producers/burst", api.producer_burst, name="api-producer-burst"),
     path("topics/<str:topic>/queues", api.topic_queues, name="api-topic-queues"),
