@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from consumers_app.broker.remoting import wire  # noqa: E402
-from consumers_app.broker.remoting.client import RemotingClient, broker_addresses  # noqa: E402
+from consumers_app.remoting import wire  # noqa: E402
+from consumers_app.remoting.client import RemotingClient, broker_addresses  # noqa: E402
 from consumers_app.client import ConsumeFromWhere, ConsumeResult, PushConsumer, PushConsumerConfig  # noqa: E402
 from tests.brokers import BrokerProcess  # noqa: E402
 from tests.remoting_peers import ALI_ONS, AliOns  # noqa: E402

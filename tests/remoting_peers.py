@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers_app.broker.remoting.codec import Command, binary_header, decode, encode
+from consumers_app.remoting.codec import Command, binary_header, decode, encode
 
 from .support import wait_until
 

@@ -6,7 +6,7 @@ import signal
 import threading
 import urllib.request
 
-from consumers_app.broker.remoting import wire
+from consumers_app.remoting import wire
 
 from .remoting_peers import call
 from .support import free_port, manage_py, wait_until

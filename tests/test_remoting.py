@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from consumers_app.broker.remoting import wire
-from consumers_app.broker.remoting.codec import Command, encode
+from consumers_app.remoting import wire
+from consumers_app.remoting.codec import Command, encode
 from consumers_app.client.config import ConsumeResult
 
 from .brokers import BrokerProcess

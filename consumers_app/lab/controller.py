@@ -33,8 +33,8 @@ import time
 import grpc
 
 from consumers_app import allocate
-from consumers_app.broker.remoting import wire
-from consumers_app.broker.remoting.client import RemotingClient, broker_addresses
+from consumers_app.remoting import wire
+from consumers_app.remoting.client import RemotingClient, broker_addresses
 from consumers_app.events import Event, make_event, now_ms
 from consumers_app.message_queue import MessageQueue, broker_of
 from consumers_app.protocol import lab, lab_grpc

@@ -15,8 +15,8 @@ from ...protocol import lab, v2
 from .. import messages as M
 from ..core import BrokerError, parse_tag_filter
 from ..topics import topic_error
-from . import wire
-from .codec import Command, FrameError, response
+from consumers_app.remoting import wire
+from consumers_app.remoting.codec import Command, FrameError, response
 
 if TYPE_CHECKING:
     from .server import Connection

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import wire
-from .codec import Command, response
+from consumers_app.remoting import wire
+from consumers_app.remoting.codec import Command, response
 
 if TYPE_CHECKING:
     from .service import RemotingService

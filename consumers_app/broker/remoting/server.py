@@ -13,8 +13,8 @@ import itertools
 import logging
 from typing import Awaitable, Callable
 
-from .codec import FLAG_ONEWAY, MAX_FRAME, Command, FrameError, decode, encode, response
-from .wire import REQUEST_CODE_NOT_SUPPORTED, SYSTEM_ERROR
+from consumers_app.remoting.codec import FLAG_ONEWAY, MAX_FRAME, Command, FrameError, decode, encode, response
+from consumers_app.remoting.wire import REQUEST_CODE_NOT_SUPPORTED, SYSTEM_ERROR
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import logging
 from ...protocol import v2
 from ..core import BrokerCore
 from ..topics import retry_topic
-from . import wire
+from consumers_app.remoting import wire
 from .broker_requests import BrokerRequests
 from .name_server import NameServerRequests
 from .server import Connection, Listener
