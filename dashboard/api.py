@@ -212,6 +212,13 @@ async def group_consumers(request, group):
 
 
 @lab_view("POST")
+async def observe(request):
+    """Watch a group the lab did not start, read-only (consumers_app/lab/observer.py)."""
+    group = body(request, {"group": "name"})["group"]
+    return await bus.request("observe", group=group)
+
+
+@lab_view("POST")
 async def consumer_action(request, client_id, action):
     if action == "slow":
         ms = body(request, {"ms": "int"})["ms"]

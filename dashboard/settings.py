@@ -136,6 +136,8 @@ DASHBOARD_PUBLIC_READ = os.environ.get("DASHBOARD_PUBLIC_READ", "0") == "1"
 LAB_CONTROL_RATE = float(os.environ.get("LAB_CONTROL_RATE", "5"))
 LAB_CONTROL_BURST = int(os.environ.get("LAB_CONTROL_BURST", "20"))
 LAB_BURST_MESSAGES_PER_MINUTE = int(os.environ.get("LAB_BURST_MESSAGES_PER_MINUTE", "300000"))
+# How often (seconds) an observed group (POST /api/observe) is asked about on the cluster.
+LAB_OBSERVE_INTERVAL = float(os.environ.get("LAB_OBSERVE_INTERVAL", "1"))
 LOGIN_FAILURES_PER_MINUTE = int(os.environ.get("LOGIN_FAILURES_PER_MINUTE", "10"))
 
 LOGGING = {

@@ -42,6 +42,7 @@ from consumers_app.protocol import lab, lab_grpc
 from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
 from .peers import OURS, PEER_CLIENTS, PeerConsumer, available_clients
+from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
@@ -63,7 +64,7 @@ class LabController:
     def __init__(self, broker_address: str, *, pool_size: int = 2, client_options: dict | None = None,
                  adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
-                 gone_grace_s: float = GONE_GRACE_S):
+                 gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0):
         self.broker_address = broker_address
         self.pool_size = pool_size
         # Extra constructor options per client kind ("push", "lite_pull", "pop", "producer"),
@@ -100,6 +101,8 @@ class LabController:
         self.namesrv: str | None = None
         self._peers: dict[str, PeerConsumer] = {}     # client id -> its process
         self._remoting: RemotingClient | None = None   # to ask peers what only remoting carries
+        # Groups watched on the cluster (observer.py) are asked this often (seconds).
+        self.observe_interval = observe_interval
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -291,6 +294,8 @@ class LabController:
         recording (every topic: the recording keeps a group's %RETRY% queues too)."""
         rows = []
         for name, group in list(self.state.groups.items()):
+            if group.observed:   # its observer reads the cluster's own stats
+                continue
             response = await self.admin.GetQueueOffsets(lab.QueueOffsetsRequest(group=name), timeout=5)
             ts = response.ts or now_ms()
             self.state.set_offsets(name, ts, [
@@ -435,6 +440,7 @@ class LabController:
             raise bus.LabError(f"the lab runs at most {MAX_CONSUMERS} consumers")
         existing = self.state.groups.get(group)
         if existing is not None:
+            self._not_observed(existing)
             if mode is not None and self._valid_mode(mode) != existing.mode:
                 raise bus.LabError(f"group {group} consumes in {existing.mode} mode; use set_mode to switch it")
             if topic is not None and topic != existing.topic:
@@ -459,6 +465,7 @@ class LabController:
             raise bus.LabError(f"unknown consumer {client_id!r}")
         if not client.alive:
             raise bus.LabError(f"consumer {client_id} is {client.status}")
+        self._not_observed(self.state.groups[client.group])
         if action not in CONSUMER_ACTIONS:
             raise bus.LabError(f"unknown consumer action {action!r}; valid: {', '.join(CONSUMER_ACTIONS)}")
         peer = self._peers.get(client_id)
@@ -536,13 +543,98 @@ class LabController:
         await self.refresh_topology()   # consumers learn of it from their next route refresh
         return self.state.snapshot()
 
+    async def action_observe(self, group) -> dict:
+        """Watch a group the lab did not start: its members, their queues and lag, as the
+        cluster tells (observer.py); read-only. Watching it again changes nothing."""
+        if not isinstance(group, str) or not GROUP_NAME.match(group):
+            raise bus.LabError(f"bad group name {group!r}: use letters, digits, '_', '-', '%' or '|'")
+        existing = self.state.groups.get(group)
+        if existing is not None:
+            if not existing.observed:
+                raise bus.LabError(f"group {group} is the lab's own: the page shows it already")
+            return {"group": group, "state": self.state.snapshot()}
+        if not self.namesrv:
+            raise bus.LabError("observing a group needs a name server, and this lab has none "
+                               "(start it with runlab, or runbroker --namesrv-port)")
+        cluster = Cluster(self.namesrv)
+        try:
+            sighting = await cluster.look(group, now_ms())
+        except NotObservable as exc:
+            await cluster.close()
+            raise bus.LabError(str(exc)) from None
+        except (OSError, TimeoutError, ValueError) as exc:
+            await cluster.close()
+            raise bus.LabError(f"the cluster at {self.namesrv} did not answer: {exc or 'timeout'}") from None
+        self.state.add_group(group, sighting.topic, sighting.mode, strategy="").observed = True
+        self._see(group, None, sighting)
+        # Its task lives with the group: garbage collection of the emptied group ends it.
+        self._watchers[group] = asyncio.create_task(self._observe(group, cluster, sighting), name=f"observe-{group}")
+        return {"group": group, "state": self.state.snapshot()}
+
+    async def _observe(self, group: str, cluster: Cluster, last: Sighting) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.observe_interval)
+                try:
+                    sighting = await cluster.look(group, now_ms())
+                except GroupOffline:   # everyone left: the offsets stay as they were
+                    sighting = Sighting(now_ms(), last.topic, last.mode, last.queues, offsets=last.offsets)
+                except (NotObservable, OSError, TimeoutError, ValueError) as exc:
+                    log.warning("observing %s: %s", group, exc or "timeout")   # next tick asks again
+                    continue
+                self._see(group, last, sighting)
+                last = sighting
+        finally:
+            await cluster.close()
+
+    def _see(self, group_name: str, before: Sighting | None, after: Sighting) -> None:
+        """Fold one look at an observed group into the state: its clients, the events of
+        what changed, the queue figures; and record it for the lag history."""
+        group = self.state.groups.get(group_name)
+        if group is None:
+            return
+        labels = [mq.label for mq in after.queues]
+        if set(self.state.topics.get(after.topic, ())) != set(labels):
+            self.state.set_topic_queues(after.topic, labels)
+        for client_id, seen in after.clients.items():
+            client = self.state.clients.get(client_id)
+            if client is None or not client.alive:
+                client = self.state.add_client(client_id, group_name, after.mode)
+                client.status, client.client = "running", "outside"
+            client.language, client.version, client.note = seen.language, seen.version, seen.unanswered
+            client.assignment_source = "client" if seen.queues is not None else "unknown"
+        for client_id in (before.clients if before is not None else {}):
+            if client_id not in after.clients:
+                self.state.client_gone(client_id, "left")
+        self._take(changes(group_name, before, after))
+        queues = [lab.QueueOffsets(queue=lab.QueueRef(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id),
+                                   min_offset=f["min_offset"], max_offset=f.get("max_offset", 0),
+                                   committed_offset=f["committed_offset"])
+                  for mq, f in sorted(after.offsets.items()) if mq.topic == after.topic]
+        self.state.set_offsets(group_name, after.ts, [
+            {"label": f"{q.queue.broker_name}:{q.queue.queue_id}", "min_offset": q.min_offset,
+             "max_offset": q.max_offset, "committed_offset": q.committed_offset} for q in queues])
+        self._snapshot_due = True
+        if self._recorder is not None:
+            rows = self._snapshot_rows(group_name, after.ts, queues, self._queue_holders(group_name))
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._recorder.add_snapshot, rows))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
+                                   or log.warning("recording %s failed: %s", group_name, t.exception()))
+
     # -- validation ----------------------------------------------------------------
 
     def _valid_group(self, name):
+        """A group the lab runs (an observed one is read-only)."""
         group = self.state.groups.get(name) if isinstance(name, str) else None
         if group is None:
             raise bus.LabError(f"unknown group {name!r}; known: {', '.join(sorted(self.state.groups)) or 'none'}")
+        self._not_observed(group)
         return group
+
+    @staticmethod
+    def _not_observed(group) -> None:
+        if group.observed:
+            raise bus.LabError(f"group {group.name} is observed, not run by the lab: it is read-only")
 
     @staticmethod
     def _valid_mode(mode) -> str:

@@ -43,7 +43,8 @@ class LabRuntime:
                  memory: LabMemory | None = None, fresh: bool = False, login_url=None):
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
-            recorder_root=settings.DATA_DIR / "recordings", memory=memory)
+            recorder_root=settings.DATA_DIR / "recordings", memory=memory,
+            observe_interval=settings.LAB_OBSERVE_INTERVAL)
         self.memory = memory
         self.fresh = fresh
         self.broker = broker

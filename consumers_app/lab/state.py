@@ -58,6 +58,10 @@ class ClientState:
     # Where its assignment comes from: the client itself (ours; a peer answering
     # GET_CONSUMER_RUNNING_INFO), or "broker" - the queues the broker sees it pull.
     assignment_source: str = "client"
+    # A client the lab watches but did not start (observer.py): what its connection says.
+    language: str = ""
+    version: str = ""
+    note: str = ""     # e.g. why it gave no running info
 
     @property
     def alive(self) -> bool:
@@ -80,6 +84,7 @@ class GroupState:
     route_change: dict | None = None
     route_seen: dict[str, int] = field(default_factory=dict)   # client -> ts of its last route event
     empty_since: float | None = None   # loop time since when nobody is in it
+    observed: bool = False             # watched on the cluster, not started by the lab (read-only)
     membership_log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
 
@@ -335,12 +340,14 @@ class LabState:
         clients = {
             c.client_id: {"status": c.status, "mode": c.mode, "worker": c.worker_id, "strategy": c.strategy,
                           "slow_ms": c.slow_ms, "fail_ratio": c.fail_ratio, "client": c.client,
-                          "assignment_source": c.assignment_source}
+                          "assignment_source": c.assignment_source, "language": c.language,
+                          "version": c.version, "note": c.note}
             for c in self.clients.values() if c.group == group.name
         }
         return {
             "strategy": group.strategy,
             "mode": group.mode,
+            "observed": group.observed,
             "topic": group.topic,
             "members": list(group.members),
             "clients": clients,

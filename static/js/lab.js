@@ -80,6 +80,7 @@
       strategy: snap.strategy,
       mode: snap.mode,
       topic: snap.topic,
+      observed: !!snap.observed,   // watched on the cluster, not run by the lab: read-only
       clients: snap.clients || {},
       assignments: {},
       queues: {},
@@ -308,7 +309,7 @@
     for (const name of names) {
       let card = host.querySelector(`.group[data-group="${CSS.escape(name)}"]`);
       if (!card) {
-        card = buildGroupCard(name);
+        card = buildGroupCard(name, lab.groups[name].observed);
         host.append(card);
       }
       updateGroupCard(card, lab.groups[name]);
@@ -321,12 +322,13 @@
   });
   resizer.observe(document.getElementById("flow-chart"));
 
-  function buildGroupCard(name) {
-    const strategySelect = el("select", { name: "strategy", "data-control": "strategy", disabled: !canControl, "aria-label": "allocation strategy" },
+  function buildGroupCard(name, observed) {
+    const steer = canControl && !observed;
+    const strategySelect = el("select", { name: "strategy", "data-control": "strategy", disabled: !steer, "aria-label": "allocation strategy" },
       STRATEGIES.map((s) => el("option", { value: s }, s)));
     strategySelect.addEventListener("change", () =>
       callApi(`/api/groups/${encodeURIComponent(name)}/strategy`, { strategy: strategySelect.value }, strategySelect));
-    const modeSelect = el("select", { name: "mode", "data-control": "mode", disabled: !canControl, "aria-label": "consumption mode" },
+    const modeSelect = el("select", { name: "mode", "data-control": "mode", disabled: !steer, "aria-label": "consumption mode" },
       MODES.map((m) => el("option", { value: m }, m)));
     modeSelect.addEventListener("change", () =>
       callApi(`/api/groups/${encodeURIComponent(name)}/mode`, { mode: modeSelect.value }, modeSelect));
@@ -334,13 +336,15 @@
     const card = el("article", { class: "group panel", "data-group": name },
       el("header", { class: "group-head" },
         el("h2", {}, name, " ", el("small", { class: "topic" })),
-        el("label", {}, "strategy ", strategySelect),
+        observed ? el("span", { class: "peer", "data-role": "observed",
+          title: "started by someone else: the lab asks the cluster about it every second and changes nothing" }, "observed") : null,
+        observed ? null : el("label", {}, "strategy ", strategySelect),
         el("label", {}, "mode ", modeSelect)),
       el("p", { class: "rebalance", "data-role": "last-rebalance" }),
       el("p", { class: "rebalance", "data-role": "route-change" }),
       el("div", { class: "matrix-wrap" }),
       el("div", { class: "pq-chart chart", id: `pq-${name}` }));
-    if (canControl) card.append(buildConsumerControls(name));
+    if (steer) card.append(buildConsumerControls(name));
     resizer.observe(card.querySelector(".pq-chart"));
     return card;
   }
@@ -413,7 +417,7 @@
   }
 
   const changedCount = (r) => (r.changed || []).length + (r.added || []).length + (r.removed || []).length;
-  const isAlive = (g, cid) => !["stopped", "killed", "gone"].includes((g.clients[cid] || {}).status);
+  const isAlive = (g, cid) => !["stopped", "killed", "crashed", "left", "gone"].includes((g.clients[cid] || {}).status);
 
   // The assignment matrix: consumers × queues, a cell filled in its consumer's colour
   // when that consumer claims the queue (push, lite-pull) or recently received from it (pop).
@@ -442,7 +446,11 @@
         el("th", { scope: "row", class: "consumer", title: cid },
           el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
           status !== "running" ? el("span", { class: `status ${status}` }, status) : null,
-          c.client && c.client !== "ours" ? el("span", { class: "peer", "data-role": "peer-client",
+          c.client === "outside" ? el("span", { class: "peer", "data-role": "outside-client",
+            title: c.assignment_source === "unknown" ? `${c.note}: its queues are unknown; lag comes from the broker's stats`
+              : "its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)" },
+            `${c.language || "?"} ${c.version || ""}`.trim() + (c.assignment_source === "unknown" ? " · no running info" : ""))
+          : c.client && c.client !== "ours" ? el("span", { class: "peer", "data-role": "peer-client",
             title: c.assignment_source === "broker" ? `${c.client}: its queues are what the broker sees it pull`
               : `${c.client}: its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)` },
             c.assignment_source === "broker" ? `${c.client} · seen by the broker` : c.client) : null,
@@ -670,6 +678,11 @@
       const f = new FormData(groupForm);
       callApi(`/api/groups/${encodeURIComponent(f.get("group").trim())}/consumers`,
         { mode: f.get("mode"), client: f.get("client") || "ours" }, event.submitter);
+    });
+    const observeForm = document.getElementById("observe-form");
+    observeForm.addEventListener("submit", (event) => {
+      event.preventDefault();
+      callApi("/api/observe", { group: new FormData(observeForm).get("group").trim() }, event.submitter);
     });
   }
 

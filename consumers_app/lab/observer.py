@@ -1,0 +1,244 @@
+"""Watching a consumer group the lab did not start, through what any RocketMQ cluster answers.
+
+rocketmq-dashboard asks a cluster about a group only when someone opens its page; the lab
+asks every second and turns the differences into the events its own consumers send, so an
+outside group's hand-offs play on the page and go into the lag history like the lab's own.
+
+One look (``Cluster.look``) is, over remoting only, so it works on any cluster:
+
+* the name server's cluster info (106) for the brokers, the topic's route (105) for its queues;
+* GET_CONSUMER_CONNECTION_LIST (203): the members, their language, version and subscriptions;
+* GET_CONSUMER_RUNNING_INFO (307) per member, which the broker forwards to the client: the
+  queues it holds and each ProcessQueue's figures. A client that does not answer (ali-ons)
+  is kept with the reason, its queues unknown;
+* GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS (208) from every broker of the route:
+  min/max offsets and the group's committed offsets, so lag is known whoever holds the queue.
+
+``changes(before, after)`` is pure: the events that lead from one look to the next.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from consumers_app.events import AssignmentEvent, Event, MembershipEvent, PqEvent, RebalanceEvent
+from consumers_app.message_queue import MessageQueue
+from consumers_app.remoting import wire
+from consumers_app.remoting.client import RemotingClient
+
+log = logging.getLogger(__name__)
+
+REASON = "observed"
+MIB = 1 << 20
+# RocketMQ's consume types as the lab names the modes.
+MODES = {"CONSUME_PASSIVELY": "push", "CONSUME_ACTIVELY": "lite_pull", "CONSUME_POP": "pop"}
+
+
+class NotObservable(Exception):
+    """The cluster cannot show this group (not online, no route): a message for the user."""
+
+
+class GroupOffline(NotObservable):
+    """No broker lists a connection of the group."""
+
+
+@dataclass
+class ClientSighting:
+    client_id: str
+    language: str = ""
+    version: str = ""
+    address: str = ""
+    # MessageQueue -> ProcessQueue figures, from its running info; None when it did not answer.
+    queues: dict[MessageQueue, dict] | None = None
+    unanswered: str = ""   # why there is no running info
+
+
+@dataclass
+class Sighting:
+    ts: int
+    topic: str
+    mode: str
+    queues: list[MessageQueue]                       # the route's readable queues of ``topic``
+    clients: dict[str, ClientSighting] = field(default_factory=dict)
+    # MessageQueue -> {"min_offset", "max_offset", "committed_offset", "last_consumed_ts"}
+    offsets: dict[MessageQueue, dict] = field(default_factory=dict)
+
+
+class Cluster:
+    """The remoting connections the observer asks through: the name server and each broker."""
+
+    def __init__(self, namesrv: str, timeout: float = 3.0):
+        self.namesrv = namesrv
+        self.timeout = timeout
+        self._connections: dict[str, RemotingClient] = {}
+
+    async def ask(self, address: str, code: int, ext: dict | None = None):
+        client = self._connections.get(address)
+        if client is None or client.closed:
+            client = self._connections[address] = await RemotingClient.connect(address, self.timeout)
+        return await client.request(code, ext, timeout=self.timeout)
+
+    async def close(self) -> None:
+        for client in self._connections.values():
+            await client.close()
+        self._connections.clear()
+
+    async def brokers(self) -> dict[str, str]:
+        """Logical broker -> its master's address (cluster info, 106)."""
+        answer = await self.ask(self.namesrv, wire.GET_BROKER_CLUSTER_INFO)
+        if answer.code != wire.SUCCESS:
+            raise NotObservable(f"the name server {self.namesrv} gave no cluster info: {answer.remark}")
+        table = (wire.loads(answer.body) or {}).get("brokerAddrTable") or {}
+        return {name: _master(data) for name, data in table.items() if _master(data)}
+
+    async def route(self, topic: str) -> tuple[list[MessageQueue], dict[str, str]]:
+        """The topic's readable queues and the addresses of the brokers holding them."""
+        answer = await self.ask(self.namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if answer.code != wire.SUCCESS:
+            raise NotObservable(f"no route for topic {topic}: {answer.remark}")
+        route = wire.loads(answer.body) or {}
+        addresses = {b["brokerName"]: _master(b) for b in route.get("brokerDatas") or () if _master(b)}
+        queues = [MessageQueue(topic, q["brokerName"], i)
+                  for q in route.get("queueDatas") or () if int(q.get("perm", 6)) & 4   # PERM_READ
+                  for i in range(int(q.get("readQueueNums", 0)))]
+        return sorted(queues), addresses
+
+    async def connections(self, group: str, brokers: dict[str, str]) -> tuple[str, dict]:
+        """(the broker that knows the group, its connection list): every client heartbeats
+        to every broker it uses, so the first that answers is enough."""
+        reasons = []
+        for address in brokers.values():
+            try:
+                answer = await self.ask(address, wire.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+            except (OSError, TimeoutError) as exc:
+                reasons.append(f"{address}: {exc or 'timeout'}")
+                continue
+            if answer.code == wire.SUCCESS:
+                return address, wire.loads(answer.body) or {}
+            reasons.append(answer.remark or f"code {answer.code}")
+        raise GroupOffline(f"the consumer group {group} is not online: {'; '.join(reasons) or 'no broker'}")
+
+    async def running_info(self, address: str, group: str, client_id: str) -> tuple[dict | None, str]:
+        """(mqTable as {MessageQueue: ProcessQueue info}, "") or (None, why not)."""
+        try:
+            answer = await self.ask(address, wire.GET_CONSUMER_RUNNING_INFO,
+                                    {"consumerGroup": group, "clientId": client_id, "jstackEnable": False})
+        except (OSError, TimeoutError) as exc:
+            return None, f"no answer to GET_CONSUMER_RUNNING_INFO: {exc or 'timeout'}"
+        if answer.code != wire.SUCCESS:
+            return None, answer.remark or f"GET_CONSUMER_RUNNING_INFO answered code {answer.code}"
+        try:
+            table = (wire.loads(answer.body) or {}).get("mqTable") or {}
+        except ValueError:
+            # The C++ client writes an empty mqTable malformed: it holds nothing.
+            return {}, ""
+        queues = {}
+        for key, info in table.items():
+            mq = dict(key) if isinstance(key, tuple) else {}
+            info = info if isinstance(info, dict) else {}
+            if mq.get("topic") is None or info.get("droped"):
+                continue
+            queues[MessageQueue(mq["topic"], mq.get("brokerName", ""), int(mq.get("queueId", 0)))] = info
+        return queues, ""
+
+    async def offsets(self, group: str, topic: str, addresses: dict[str, str]) -> dict[MessageQueue, dict]:
+        """Per queue: the broker's min/max offsets (202) and the group's committed offset (208)."""
+        figures: dict[MessageQueue, dict] = {}
+        for address in addresses.values():
+            stats = await self.ask(address, wire.GET_TOPIC_STATS_INFO, {"topic": topic})
+            if stats.code == wire.SUCCESS:
+                for key, row in ((wire.loads(stats.body) or {}).get("offsetTable") or {}).items():
+                    figures.setdefault(_queue(key), {}).update(
+                        min_offset=int(row.get("minOffset", 0)), max_offset=int(row.get("maxOffset", 0)))
+            consumed = await self.ask(address, wire.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
+            if consumed.code == wire.SUCCESS:
+                for key, row in ((wire.loads(consumed.body) or {}).get("offsetTable") or {}).items():
+                    entry = figures.setdefault(_queue(key), {})
+                    entry.setdefault("max_offset", int(row.get("brokerOffset", 0)))
+                    entry.update(committed_offset=int(row.get("consumerOffset", -1)),
+                                 last_consumed_ts=int(row.get("lastTimestamp", 0)))
+        for entry in figures.values():
+            entry.setdefault("min_offset", 0)
+            entry.setdefault("committed_offset", -1)
+        return figures
+
+    async def look(self, group: str, ts: int) -> Sighting:
+        brokers = await self.brokers()
+        if not brokers:
+            raise NotObservable(f"the name server {self.namesrv} lists no broker")
+        address, connections = await self.connections(group, brokers)
+        topic = subscribed_topic(connections)
+        if topic is None:
+            raise NotObservable(f"the consumer group {group} subscribes to no topic")
+        queues, addresses = await self.route(topic)
+        sighting = Sighting(ts, topic, MODES.get(connections.get("consumeType", ""), "push"), queues)
+        members = [c for c in connections.get("connectionSet") or () if c.get("clientId")]
+        answers = await asyncio.gather(*(self.running_info(address, group, c["clientId"]) for c in members))
+        for c, (held, why) in zip(members, answers):
+            sighting.clients[c["clientId"]] = ClientSighting(
+                c["clientId"], str(c.get("language", "")), str(c.get("version", "")), str(c.get("clientAddr", "")),
+                None if held is None else {mq: info for mq, info in held.items() if mq.topic == topic}, why)
+        sighting.offsets = await self.offsets(group, topic, addresses)
+        return sighting
+
+
+def subscribed_topic(connections: dict) -> str | None:
+    """The group's topic: its one subscription that is not the %RETRY% topic every push group has."""
+    topics = sorted(t for t in (connections.get("subscriptionTable") or {}) if not t.startswith("%RETRY%"))
+    return topics[0] if topics else None
+
+
+def _master(broker_data: dict) -> str:
+    addrs = broker_data.get("brokerAddrs") or {}
+    return addrs.get(wire.MASTER_ID) or addrs.get(str(wire.MASTER_ID)) or ""
+
+
+def _queue(key) -> MessageQueue:
+    mq = dict(key) if isinstance(key, tuple) else {}
+    return MessageQueue(mq.get("topic", ""), mq.get("brokerName", ""), int(mq.get("queueId", 0)))
+
+
+def pq_figures(info: dict) -> dict:
+    """A ProcessQueueInfo as the lab's pq figures."""
+    low, high = int(info.get("cachedMsgMinOffset", 0)), int(info.get("cachedMsgMaxOffset", 0))
+    count = int(info.get("cachedMsgCount", 0))
+    committed = int(info.get("commitOffset", -1))
+    if committed >= 1 << 63:   # the C++ client writes -1 as an unsigned 64-bit number
+        committed -= 1 << 64
+    return {"cached_count": count, "cached_bytes": int(float(info.get("cachedMsgSizeInMiB", 0)) * MIB),
+            "span": high - low if count else 0, "committed_offset": committed}
+
+
+def changes(group: str, before: Sighting | None, after: Sighting) -> list[Event]:
+    """The events between two looks: membership, and per client whose queues changed a
+    rebalance (inferred: the client does not say when it ran one) and its assignment;
+    ProcessQueue figures that moved."""
+    events: list[Event] = []
+    old = before.clients if before is not None else {}
+    joined = sorted(set(after.clients) - set(old))
+    left = sorted(set(old) - set(after.clients))
+    if joined or left:
+        subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
+        events.append(MembershipEvent(ts=after.ts, group=group, client_id=subject, source="broker", reason=REASON,
+                                      members=sorted(after.clients), joined=joined, left=left))
+    for client_id, seen in sorted(after.clients.items()):
+        if seen.queues is None:
+            continue
+        was = old.get(client_id)
+        held_before = set(was.queues or ()) if was is not None else set()
+        held = set(seen.queues)
+        if was is None or was.queues is None or held != held_before:
+            added, removed = sorted(held - held_before), sorted(held_before - held)
+            if added or removed:
+                events.append(RebalanceEvent(ts=after.ts, group=group, client_id=client_id, mode=after.mode,
+                                             topic=after.topic, phase="end", reason=REASON,
+                                             added=added, removed=removed, balanced=True))
+            events.append(AssignmentEvent(ts=after.ts, group=group, client_id=client_id, mode=after.mode,
+                                          topic=after.topic, queues=sorted(held), reason=REASON))
+        for mq, info in sorted(seen.queues.items()):
+            figures = pq_figures(info)
+            if was is None or was.queues is None or pq_figures(was.queues.get(mq) or {}) != figures:
+                events.append(PqEvent(ts=after.ts, group=group, client_id=client_id, mode=after.mode,
+                                      topic=after.topic, queue=mq, **figures))
+    return events
