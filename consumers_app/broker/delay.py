@@ -67,6 +67,11 @@ class DelayService:
             if topic != SCHEDULE_TOPIC:
                 continue
             done = self.delivered.setdefault(broker, set())
+            if self.watermark.get(broker, 0) < cq.min_offset:
+                # Retention deleted schedule entries (delivered or not, as RocketMQ's does):
+                # nothing below the min offset is left to deliver.
+                self.watermark[broker] = cq.min_offset
+                done = self.delivered[broker] = {off for off in done if off >= cq.min_offset}
             for off in range(self.watermark.get(broker, 0), cq.max_offset):
                 if off in done:
                     continue

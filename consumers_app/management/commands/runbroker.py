@@ -50,6 +50,12 @@ class Command(BaseCommand):
         a("--max-reconsume-times", type=int, default=d.max_reconsume_times, help="send-back default")
         a("--pop-retry-probability", type=int, default=d.pop_retry_probability)
         a("--segment-size", type=int, default=d.segment_size, help="commit-log segment file size (bytes)")
+        a("--retention-mb", type=int, default=d.retention_mb,
+          help="delete the oldest commit-log segments while the log is larger (MiB)")
+        a("--retention-hours", type=float, default=d.retention_hours,
+          help="delete commit-log segments last written longer ago (fileReservedTime)")
+        a("--retention-interval-ms", type=int, default=d.retention_interval_ms,
+          help="how often retention looks for segments to delete")
         a("--lock-expiry-ms", type=int, default=d.lock_expiry_ms)
         a("--namesrv-port", type=int, default=None,
           help="also speak RocketMQ's remoting protocol: a name server on --host:N (0 = any free port)")
@@ -75,6 +81,8 @@ class Command(BaseCommand):
             max_body_size=o["max_body_size"], pop_max_attempts=o["pop_max_attempts"],
             max_reconsume_times=o["max_reconsume_times"], pop_retry_probability=o["pop_retry_probability"],
             segment_size=o["segment_size"], lock_expiry_ms=o["lock_expiry_ms"],
+            retention_mb=o["retention_mb"], retention_hours=o["retention_hours"],
+            retention_interval_ms=o["retention_interval_ms"],
             namesrv_port=o["namesrv_port"], remoting_port=o["remoting_port"],
         )
         from consumers_app.broker.server import run
