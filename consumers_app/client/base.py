@@ -28,7 +28,9 @@ from .. import events
 from ..message_queue import MessageQueue
 from ..protocol import lab, v2, v2_service
 from .config import ConsumeResult, MessageModel
+from ..remoting import wire
 from .connection import Connection, check, new_client_id, resource
+from .remoting_connection import RemotingConnection
 from .faults import ListenerFaults
 from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 
@@ -147,7 +149,11 @@ class ConsumerBase:
         the broker keeps a clustering group's offsets, a broadcasting consumer keeps
         its own in a local file (RocketMQ's RemoteBrokerOffsetStore / LocalFileOffsetStore)."""
         cfg = self.config
-        self.connection = Connection(cfg.endpoints, self.client_id)
+        if cfg.namesrv:
+            self.connection = RemotingConnection(cfg.namesrv, self.client_id, owner=self,
+                                                 timeout_s=cfg.rpc_timeout_ms / 1000)
+        else:
+            self.connection = Connection(cfg.endpoints, self.client_id)
         if self.message_model is MessageModel.CLUSTERING:
             self.offset_store = RemoteBrokerOffsetStore(self.group, self.connection, cfg.rpc_timeout_ms / 1000)
         else:
@@ -442,6 +448,34 @@ class ConsumerBase:
     def snapshot_fields(self) -> dict:
         """What only this kind of client reports (merged into ``snapshot()``)."""
         return {}
+
+    def running_info(self) -> dict:
+        """ConsumerRunningInfo, as a Java consumer answers GET_CONSUMER_RUNNING_INFO over
+        remoting: properties, subscriptions and the mqTable of ProcessQueue info, so
+        mqadmin-style tools (and the lab's observer) see what it really holds."""
+        impl = getattr(self, "rebalance_impl", None)
+        offsets = getattr(self, "offset_store", None)
+        table = {}
+        for mq, pq in list(impl.process_queue_table.items()) if impl is not None else ():
+            table[wire.message_queue_key(mq.topic, mq.broker_name, mq.queue_id)] = {
+                "commitOffset": offsets.table.get(mq, -1) if offsets is not None else -1,
+                "cachedMsgMinOffset": pq.first_offset() or 0, "cachedMsgMaxOffset": pq.last_offset() or 0,
+                "cachedMsgCount": pq.msg_count, "cachedMsgSizeInMiB": pq.msg_size >> 20,
+                "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0, "transactionMsgCount": 0,
+                "locked": pq.locked, "tryUnlockTimes": pq.try_unlock_times, "lastLockTimestamp": pq.last_lock_ts,
+                "droped": pq.dropped, "lastPullTimestamp": pq.last_pull_ts, "lastConsumeTimestamp": pq.last_consume_ts,
+            }
+        cfg = self.config
+        return {
+            "properties": {"PROP_CONSUME_TYPE": "CONSUME_ACTIVELY" if self.mode == "lite_pull" else "CONSUME_PASSIVELY",
+                           "PROP_CONSUMEORDERLY": str(bool(getattr(self, "orderly", False))).lower(),
+                           "PROP_NAMESERVER_ADDR": cfg.namesrv, "PROP_CLIENT_VERSION": "rebalance-lab",
+                           "allocateMessageQueueStrategy": self.strategy_name,
+                           "messageModel": self.message_model.value},
+            "subscriptionSet": [{"topic": t, "subString": e or "*", "tagsSet": [], "codeSet": [], "subVersion": 0,
+                                 "expressionType": "TAG"} for t, e in sorted(self.subscriptions.items())],
+            "mqTable": table, "statusTable": {}, "jstack": "",
+        }
 
     def snapshot(self) -> dict:
         """The consumer as the lab's worker reports it (queues keyed as in events: label,

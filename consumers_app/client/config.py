@@ -41,6 +41,9 @@ DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".spli
 class ClientConfig:
     """ClientConfig: what every client shares."""
     endpoints: str = "127.0.0.1:8081"
+    #: A name server (HOST:PORT): speak RocketMQ's remoting protocol, as Java clients do,
+    #: instead of gRPC to ``endpoints`` (push and lite-pull consumers; see remoting_connection.py).
+    namesrv: str = ""
     #: None = generated like the official client: host@pid@index@base36(time).
     client_id: str | None = None
     #: 4.x heartbeatBrokerInterval (30 s). Our push/lite-pull consumers are 4.x-style

@@ -76,7 +76,7 @@ def response(request: Command, code: int = 0, remark: str | None = None, ext: di
 
 
 def encode(cmd: Command) -> bytes:
-    header = {"code": cmd.code, "language": "JAVA", "version": cmd.version, "opaque": cmd.opaque,
+    header = {"code": cmd.code, "language": cmd.language, "version": cmd.version, "opaque": cmd.opaque,
               "flag": cmd.flag, "serializeTypeCurrentRPC": "JSON"}
     if cmd.remark is not None:
         header["remark"] = cmd.remark

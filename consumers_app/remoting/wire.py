@@ -71,7 +71,9 @@ def encode_message(*, body: bytes, topic: str, queue_id: int, queue_offset: int,
     """One message as MessageDecoder.decode reads it (the store's on-disk record)."""
     topic_raw = topic.encode()
     props_raw = properties_to_string(properties).encode()
-    size = (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + len(body) + 1 + len(topic_raw)
+    # totalSize, magic, crc, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp,
+    # bornHost (ip + port), storeTimestamp, storeHost, reconsumeTimes, preparedOffset, bodyLength
+    size = (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + len(body) + 1 + len(topic_raw)
             + 2 + len(props_raw))
     return b"".join((
         struct.pack(">iiiiiqqiq", size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag,
@@ -80,6 +82,41 @@ def encode_message(*, body: bytes, topic: str, queue_id: int, queue_offset: int,
         ipv4(store_host[0]), struct.pack(">iiqi", store_host[1], reconsume_times, 0, len(body)),
         body, struct.pack(">B", len(topic_raw)), topic_raw, struct.pack(">h", len(props_raw)), props_raw,
     ))
+
+
+_HEAD = struct.Struct(">iiiiiqqiq4si")   # size .. born host and port
+_STORE = struct.Struct(">q4siiqi")         # store ts, store host and port, reconsume, prepared, body len
+
+
+def decode_messages(raw: bytes) -> list[dict]:
+    """A pull answer's body: the messages ``encode_message`` writes (MessageDecoder.decodes),
+    each a dict; a compressed body (sysFlag bit 0) is inflated."""
+    out, pos, view = [], 0, memoryview(raw)
+    while pos < len(raw):
+        (size, magic, _crc, queue_id, flag, queue_offset, commit_log_offset, sys_flag, born_ts,
+         born_ip, born_port) = _HEAD.unpack_from(view, pos)
+        if magic != MESSAGE_MAGIC_CODE:
+            raise ValueError(f"not a v1 message at byte {pos} (magic {magic}, size {size})")
+        at = pos + _HEAD.size
+        store_ts, store_ip, store_port, reconsume, _prepared, body_len = _STORE.unpack_from(view, at)
+        at += _STORE.size
+        body = bytes(view[at:at + body_len])
+        at += body_len
+        topic_len = view[at]
+        topic = bytes(view[at + 1:at + 1 + topic_len]).decode()
+        at += 1 + topic_len
+        props_len = struct.unpack_from(">h", view, at)[0]
+        props = string_to_properties(bytes(view[at + 2:at + 2 + props_len]).decode())
+        at += 2 + props_len
+        if sys_flag & COMPRESSED_FLAG:
+            body = zlib.decompress(body)
+        out.append({"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "flag": flag,
+                    "commit_log_offset": commit_log_offset, "sys_flag": sys_flag, "born_ts": born_ts,
+                    "born_host": f"{socket.inet_ntoa(born_ip)}:{born_port}", "store_ts": store_ts,
+                    "store_host": f"{socket.inet_ntoa(store_ip)}:{store_port}", "reconsume_times": reconsume,
+                    "body": body, "properties": props})
+        pos = at   # field by field, as MessageDecoder reads: the size field is not trusted
+    return out
 
 
 def offset_message_id(store_host: tuple[str, int], commit_log_offset: int) -> str:

@@ -1,0 +1,378 @@
+"""Our consumers over RocketMQ's remoting protocol: a Connection with the same face.
+
+A consumer talks to the broker through ``connection.v2`` and ``connection.lab`` (stubs of
+the v2 gRPC service and the lab's LabAdmin). ``RemotingConnection`` offers those same calls,
+with the same request and response messages, and carries each over remoting the way a
+4.x/5.x Java client does: routes from the name server, one TCP connection per broker
+address, heartbeats with the consumer's subscriptions to every broker, pulls with long
+polling and the commit-offset piggyback, offsets, locks and send-back at the queue's
+broker. So the consumers' RocketMQ logic (rebalance, ProcessQueue, flow control, consume
+services) is the same code on either protocol, and on remoting they run against any
+RocketMQ cluster, not only the lab's broker.
+
+The broker's requests on our connections are answered: NOTIFY_CONSUMER_IDS_CHANGED wakes
+the membership watch (which then asks GET_CONSUMER_LIST_BY_GROUP, as Java's rebalance
+does), and GET_CONSUMER_RUNNING_INFO gets the consumer's real state (``running_info()``).
+Selected by ``ClientConfig.namesrv``; the pop consumer stays on gRPC (the proxy's protocol).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ..protocol import lab, v2, v2_service
+from ..remoting import wire
+from ..remoting.client import RemotingClient
+from ..remoting.codec import response
+from .connection import BrokerError
+from .faults import NetworkCut
+
+log = logging.getLogger(__name__)
+
+LANGUAGE = "PYTHON"
+OK = lab.Status(code=v2.Code.OK)
+# Our pull statuses from remoting response codes (PullAPIWrapper.processPullResult).
+PULL_STATUS = {wire.SUCCESS: lab.FOUND, wire.PULL_NOT_FOUND: lab.NO_NEW_MSG,
+               wire.PULL_RETRY_IMMEDIATELY: lab.NO_MATCHED_MSG, wire.PULL_OFFSET_MOVED: lab.OFFSET_ILLEGAL}
+POLICY_CODE = {v2.BEGINNING: wire.GET_MIN_OFFSET, v2.END: wire.GET_MAX_OFFSET, v2.TIMESTAMP: wire.SEARCH_OFFSET_BY_TIMESTAMP}
+
+
+def _failed(answer) -> BrokerError:
+    return BrokerError(v2.Code.INTERNAL_ERROR, f"remoting code {answer.code}: {answer.remark or ''}")
+
+
+class RemotingConnection:
+    """The Connection face (``v2``, ``lab``, ``metadata``, ``close``, ``network``) over remoting."""
+
+    def __init__(self, namesrv: str, client_id: str, owner=None, timeout_s: float = 3.0):
+        self.address = namesrv
+        self.namesrv = namesrv
+        self.client_id = client_id
+        self.owner = owner            # the consumer: group, subscriptions, running_info()
+        self.timeout_s = timeout_s
+        self.metadata = ()            # gRPC call metadata: nothing to carry here
+        self.closed = False
+        self.brokers: dict[str, str] = {}          # broker name -> master address (from routes)
+        self._clients: dict[str, RemotingClient] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+        self._notices: dict[str, asyncio.Event] = {}   # group -> woken by NOTIFY_CONSUMER_IDS_CHANGED
+        self.v2 = _V2(self)
+        self.lab = _Lab(self)
+        self.network = NetworkCut(self)   # the lab's "cut": calls vanish, the sockets stay open
+
+    # -- connections ---------------------------------------------------------------
+
+    async def client(self, address: str) -> RemotingClient:
+        if self.closed:
+            raise ConnectionError("connection closed")
+        current = self._clients.get(address)
+        if current is not None and not current.closed:
+            return current
+        async with self._connecting.setdefault(address, asyncio.Lock()):
+            current = self._clients.get(address)
+            if current is None or current.closed:
+                current = self._clients[address] = await RemotingClient.connect(
+                    address, self.timeout_s, on_request=self._on_request, language=LANGUAGE)
+            return current
+
+    async def ask(self, address: str, code: int, ext: dict | None = None, body: bytes = b"",
+                  timeout: float | None = None):
+        client = await self.client(address)
+        return await client.request(code, ext, body, timeout=timeout or self.timeout_s)
+
+    async def broker_address(self, mq_topic: str, broker_name: str) -> str:
+        address = self.brokers.get(broker_name)
+        if address is None:
+            await self.route(mq_topic)
+            address = self.brokers.get(broker_name)
+        if address is None:
+            raise BrokerError(v2.Code.NOT_FOUND, f"no address for broker {broker_name}")
+        return address
+
+    async def at_queue(self, topic: str, broker_name: str, code: int, ext: dict, body: bytes = b"",
+                       timeout: float | None = None):
+        return await self.ask(await self.broker_address(topic, broker_name), code, ext, body, timeout)
+
+    async def route(self, topic: str) -> list[tuple[str, int, int]] | None:
+        """(broker, queue id, perm) of the topic's queues; None when the name server has no route."""
+        answer = await self.ask(self.namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if answer.code == wire.TOPIC_NOT_EXIST:
+            return None
+        if answer.code != wire.SUCCESS:
+            raise _failed(answer)
+        route = wire.loads(answer.body) or {}
+        for data in route.get("brokerDatas") or ():
+            addrs = data.get("brokerAddrs") or {}
+            master = addrs.get(wire.MASTER_ID) or addrs.get(str(wire.MASTER_ID))
+            if master:
+                self.brokers[data["brokerName"]] = master
+        return [(q["brokerName"], i, int(q.get("perm", wire.PERM_READ_WRITE)))
+                for q in route.get("queueDatas") or () for i in range(int(q.get("readQueueNums", 0)))]
+
+    async def every_broker(self, code: int, ext: dict | None = None, body: bytes = b"") -> list:
+        """The same request to every broker we know (heartbeat, unregister)."""
+        if not self.brokers:
+            answer = await self.ask(self.namesrv, wire.GET_BROKER_CLUSTER_INFO)
+            if answer.code == wire.SUCCESS:
+                for name, data in ((wire.loads(answer.body) or {}).get("brokerAddrTable") or {}).items():
+                    addrs = data.get("brokerAddrs") or {}
+                    master = addrs.get(wire.MASTER_ID) or addrs.get(str(wire.MASTER_ID))
+                    if master:
+                        self.brokers.setdefault(name, master)
+        return await asyncio.gather(*(self.ask(a, code, ext, body) for a in set(self.brokers.values())))
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+        for event in self._notices.values():
+            event.set()
+
+    # -- the broker's requests -----------------------------------------------------
+
+    async def _on_request(self, cmd):
+        if cmd.code == wire.NOTIFY_CONSUMER_IDS_CHANGED:
+            event = self._notices.get(cmd.text("consumerGroup") or "")
+            if event is not None and not self.network.active:   # partitioned: the notice is lost
+                event.set()
+            return None
+        if cmd.code == wire.GET_CONSUMER_RUNNING_INFO:
+            info = getattr(self.owner, "running_info", None)
+            if info is None:
+                return response(cmd, wire.SYSTEM_ERROR, "not a consumer")
+            return response(cmd, body=wire.dumps(info()))
+        return response(cmd, wire.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
+
+    def notice(self, group: str) -> asyncio.Event:
+        return self._notices.setdefault(group, asyncio.Event())
+
+
+def heartbeat_body(client_id: str, owner) -> bytes:
+    """HeartbeatData: the consumer's group, model, where it starts and its subscriptions."""
+    consumers = []
+    if owner is not None and getattr(owner, "group", None):
+        config = owner.config
+        where = getattr(config, "consume_from_where", None)
+        consumers.append({
+            "groupName": owner.group,
+            "consumeType": "CONSUME_ACTIVELY" if owner.mode == "lite_pull" else "CONSUME_PASSIVELY",
+            "messageModel": owner.message_model.value,
+            "consumeFromWhere": where.value if where is not None else "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [{"topic": topic, "subString": expression or "*", "tagsSet": [],
+                                     "codeSet": [], "subVersion": int(time.time() * 1000),
+                                     "classFilterMode": False, "expressionType": "TAG"}
+                                    for topic, expression in sorted(owner.subscriptions.items())],
+            "unitMode": False,
+        })
+    return wire.dumps({"clientID": client_id, "producerDataSet": [], "consumerDataSet": consumers})
+
+
+def lab_message(d: dict, broker_name: str) -> lab.LabMessage:
+    """A decoded remoting message as the consumers' LabMessage."""
+    props = dict(d["properties"])
+    msg = lab.LabMessage(queue=lab.QueueRef(topic=d["topic"], broker_name=broker_name, queue_id=d["queue_id"]),
+                         queue_offset=d["queue_offset"], body=d["body"], born_ts=d["born_ts"],
+                         store_ts=d["store_ts"], reconsume_times=d["reconsume_times"],
+                         commit_log_offset=d["commit_log_offset"])
+    msg.message_id = props.pop("UNIQ_KEY", "")
+    msg.tag = props.pop("TAGS", "")
+    msg.keys.extend(k for k in props.pop("KEYS", "").split(" ") if k)
+    for k, v in props.items():
+        msg.properties[k] = v
+    return msg
+
+
+class _V2:
+    """The v2 MessagingService calls our consumers make, over remoting."""
+
+    def __init__(self, conn: RemotingConnection):
+        self.c = conn
+
+    async def QueryRoute(self, request, metadata=(), timeout=None):
+        topic = request.topic.name
+        queues = await self.c.route(topic)
+        if queues is None:
+            return v2_service.QueryRouteResponse(status=v2.Status(code=v2.Code.TOPIC_NOT_FOUND,
+                                                                  message=f"no route for {topic}"))
+        perms = {6: v2.READ_WRITE, 4: v2.READ, 2: v2.WRITE}
+        return v2_service.QueryRouteResponse(status=v2.Status(code=v2.Code.OK), message_queues=[
+            v2.MessageQueue(topic=v2.Resource(name=topic), id=qid, broker=v2.Broker(name=broker),
+                            permission=perms.get(perm & 6, v2.NONE))
+            for broker, qid, perm in queues])
+
+    async def Heartbeat(self, request, metadata=(), timeout=None):
+        answers = await self.c.every_broker(wire.HEART_BEAT, body=heartbeat_body(self.c.client_id, self.c.owner))
+        bad = next((a for a in answers if a.code != wire.SUCCESS), None)
+        if bad is not None:
+            raise _failed(bad)
+        return v2_service.HeartbeatResponse(status=v2.Status(code=v2.Code.OK))
+
+    async def NotifyClientTermination(self, request, metadata=(), timeout=None):
+        await self.c.every_broker(wire.UNREGISTER_CLIENT, {"clientID": self.c.client_id,
+                                                           "consumerGroup": request.group.name})
+        return v2_service.NotifyClientTerminationResponse(status=v2.Status(code=v2.Code.OK))
+
+    async def GetOffset(self, request, metadata=(), timeout=None):
+        mq = request.message_queue
+        answer = await self.c.at_queue(mq.topic.name, mq.broker.name, wire.QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": request.group.name, "topic": mq.topic.name, "queueId": mq.id})
+        if answer.code == wire.QUERY_NOT_FOUND:
+            return v2_service.GetOffsetResponse(status=v2.Status(code=v2.Code.OFFSET_NOT_FOUND, message=answer.remark or ""))
+        if answer.code != wire.SUCCESS:
+            raise _failed(answer)
+        return v2_service.GetOffsetResponse(status=v2.Status(code=v2.Code.OK), offset=answer.number("offset"))
+
+    async def UpdateOffset(self, request, metadata=(), timeout=None):
+        mq = request.message_queue
+        answer = await self.c.at_queue(mq.topic.name, mq.broker.name, wire.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": request.group.name, "topic": mq.topic.name, "queueId": mq.id,
+            "commitOffset": request.offset})
+        if answer.code != wire.SUCCESS:
+            raise _failed(answer)
+        return v2_service.UpdateOffsetResponse(status=v2.Status(code=v2.Code.OK))
+
+    async def QueryOffset(self, request, metadata=(), timeout=None):
+        mq = request.message_queue
+        ext = {"topic": mq.topic.name, "queueId": mq.id}
+        if request.query_offset_policy == v2.TIMESTAMP:
+            ext["timestamp"] = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
+        answer = await self.c.at_queue(mq.topic.name, mq.broker.name, POLICY_CODE[request.query_offset_policy], ext)
+        if answer.code != wire.SUCCESS:
+            raise _failed(answer)
+        return v2_service.QueryOffsetResponse(status=v2.Status(code=v2.Code.OK), offset=answer.number("offset"))
+
+
+class _Lab:
+    """The LabAdmin calls our consumers make, each as RocketMQ's own request."""
+
+    def __init__(self, conn: RemotingConnection):
+        self.c = conn
+
+    async def _members(self, group: str) -> list[str]:
+        if not self.c.brokers:
+            await self.c.every_broker(wire.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        # Java asks one broker (findBrokerAddrByTopic); every broker knows the whole group.
+        address = sorted(self.c.brokers.values())[0]
+        answer = await self.c.ask(address, wire.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        if answer.code != wire.SUCCESS:
+            return []
+        return sorted(str(x) for x in (wire.loads(answer.body) or {}).get("consumerIdList") or ())
+
+    async def ListGroupMembers(self, request, metadata=(), timeout=None):
+        return lab.GroupMembers(status=OK, group=request.group, client_ids=await self._members(request.group))
+
+    def WatchMembership(self, request, metadata=()):
+        return self._watch(request.group)
+
+    async def _watch(self, group: str):
+        """The current list, then a change per NOTIFY_CONSUMER_IDS_CHANGED (asking the list
+        again, as RebalanceImpl does after the notice)."""
+        notice = self.c.notice(group)
+        members = await self._members(group)
+        yield lab.MembershipChange(group=group, client_ids=members, reason="initial", ts=_now_ms())
+        while not self.c.closed:
+            await notice.wait()
+            notice.clear()
+            if self.c.closed:
+                return
+            now = await self._members(group)
+            if now != members:
+                joined, left = sorted(set(now) - set(members)), sorted(set(members) - set(now))
+                members = now
+                yield lab.MembershipChange(group=group, client_ids=now, joined=joined, left=left,
+                                           reason="joined" if joined and not left else "left" if left and not joined
+                                           else "changed", ts=_now_ms())
+
+    async def PullBatch(self, request, metadata=(), timeout=None):
+        q = request.queue
+        flags = wire.PULL_SUBSCRIPTION
+        ext = {"consumerGroup": request.group, "topic": q.topic, "queueId": q.queue_id,
+               "queueOffset": request.offset, "maxMsgNums": request.max_messages,
+               "subscription": request.tag_expression or "*", "subVersion": 0, "expressionType": "TAG"}
+        if request.commit_offset > 0:
+            flags |= wire.PULL_COMMIT_OFFSET
+            ext["commitOffset"] = request.commit_offset
+        if request.suspend_timeout_ms > 0:
+            flags |= wire.PULL_SUSPEND
+            ext["suspendTimeoutMillis"] = request.suspend_timeout_ms
+        ext["sysFlag"] = flags
+        answer = await self.c.at_queue(q.topic, q.broker_name, wire.PULL_MESSAGE, ext,
+                                       timeout=timeout or (request.suspend_timeout_ms / 1000 + self.c.timeout_s))
+        status = PULL_STATUS.get(answer.code)
+        if status is None:
+            return lab.PullBatchResponse(status=lab.Status(code=v2.Code.INTERNAL_ERROR,
+                                                           message=f"pull: remoting code {answer.code} {answer.remark or ''}"))
+        messages = []
+        if status == lab.FOUND:
+            messages = [lab_message(d, q.broker_name) for d in wire.decode_messages(answer.body)]
+        return lab.PullBatchResponse(status=OK, pull_status=status, messages=messages,
+                                     next_begin_offset=answer.number("nextBeginOffset", request.offset),
+                                     min_offset=answer.number("minOffset", 0), max_offset=answer.number("maxOffset", 0))
+
+    async def GetQueueOffsets(self, request, metadata=(), timeout=None):
+        """Committed, min and max offset of every queue of the topic (three requests each,
+        as a Java client's computePullFromWhere asks them one by one)."""
+        topic, group = request.topic, request.group
+        queues = await self.c.route(topic) or []
+
+        async def one(broker: str, qid: int) -> lab.QueueOffsets:
+            ext = {"topic": topic, "queueId": qid}
+            low, high = await asyncio.gather(self.c.at_queue(topic, broker, wire.GET_MIN_OFFSET, ext),
+                                             self.c.at_queue(topic, broker, wire.GET_MAX_OFFSET, ext))
+            committed = -1
+            if group:
+                answer = await self.c.at_queue(topic, broker, wire.QUERY_CONSUMER_OFFSET,
+                                               {**ext, "consumerGroup": group})
+                if answer.code == wire.SUCCESS:
+                    committed = answer.number("offset")
+            return lab.QueueOffsets(queue=lab.QueueRef(topic=topic, broker_name=broker, queue_id=qid),
+                                    min_offset=low.number("offset", 0), max_offset=high.number("offset", 0),
+                                    committed_offset=committed)
+        rows = await asyncio.gather(*(one(b, i) for b, i, _ in queues))
+        return lab.QueueOffsetsResponse(status=OK, ts=_now_ms(), queues=rows)
+
+    async def _locks(self, code: int, request) -> list[lab.QueueRef]:
+        by_broker: dict[str, list] = {}
+        for q in request.queues:
+            by_broker.setdefault(q.broker_name, []).append(q)
+        locked = []
+        for broker, queues in by_broker.items():
+            body = wire.dumps({"consumerGroup": request.group, "clientId": request.client_id,
+                               "mqSet": [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id}
+                                         for q in queues]})
+            answer = await self.c.at_queue(queues[0].topic, broker, code, {}, body)
+            if answer.code != wire.SUCCESS:
+                raise _failed(answer)
+            if code == wire.LOCK_BATCH_MQ:
+                locked += [lab.QueueRef(topic=m["topic"], broker_name=m["brokerName"], queue_id=int(m["queueId"]))
+                           for m in (wire.loads(answer.body) or {}).get("lockOKMQSet") or ()]
+        return locked
+
+    async def LockQueues(self, request, metadata=(), timeout=None):
+        return lab.LockQueuesResponse(status=OK, locked=await self._locks(wire.LOCK_BATCH_MQ, request))
+
+    async def UnlockQueues(self, request, metadata=(), timeout=None):
+        await self._locks(wire.UNLOCK_BATCH_MQ, request)
+        return lab.LockQueuesResponse(status=OK)
+
+    async def SendBack(self, request, metadata=(), timeout=None):
+        msg = request.message
+        answer = await self.c.at_queue(msg.queue.topic, msg.queue.broker_name, wire.CONSUMER_SEND_MSG_BACK, {
+            "offset": msg.commit_log_offset, "group": request.group, "delayLevel": request.delay_level,
+            "originMsgId": msg.message_id, "originTopic": msg.properties.get("RETRY_TOPIC") or msg.queue.topic,
+            "unitMode": False, "maxReconsumeTimes": request.max_reconsume_times})
+        if answer.code != wire.SUCCESS:
+            raise _failed(answer)
+        dlq = request.delay_level < 0 or (request.max_reconsume_times >= 0
+                                          and msg.reconsume_times >= request.max_reconsume_times)
+        return lab.SendBackResponse(status=OK, destination_topic=f"%{'DLQ' if dlq else 'RETRY'}%{request.group}")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
