@@ -55,7 +55,7 @@ def test_a_sigkilled_lab_leaves_nothing_behind_and_the_next_one_starts(tmp_path)
     # The data dir and the ports are free again: the next lab starts normally.
     again, browser = start_lab(port, env)
     try:
-        wait_for_three(lab, browser, port, timeout=30, message="the scenario after a SIGKILL")
+        wait_for_three(again, browser, port, timeout=30, message="the scenario after a SIGKILL")
     finally:
         assert again.stop() == 0, "".join(again.lines)
 

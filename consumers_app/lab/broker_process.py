@@ -93,6 +93,10 @@ class BrokerProcess:
             raise BrokerStartError(f"the broker did not start on {self.address}")
         if restart:
             self.restarts += 1
+        elif self.namesrv:
+            # A restart keeps the name server where clients know it ("0" meant any free port once).
+            port = self.namesrv.rpartition(":")[2]
+            self.argv = [f"--namesrv-port={port}" if a.startswith("--namesrv-port=") else a for a in self.argv]
         self._set(True)
 
     async def _relay(self, proc, ready: asyncio.Future) -> None:

@@ -64,6 +64,11 @@ class LabRuntime:
             await self.broker.start()
             self.broker.on_change = self.controller.broker_process_changed
             self.controller.namesrv = self.broker.namesrv
+            if self.broker.namesrv:
+                # Our push and lite-pull consumers are RocketMQ clients: they join through the
+                # name server over remoting, as Java's do (--client-option=push.namesrv= opts out).
+                for kind in ("push", "lite_pull"):
+                    self.controller.client_options.setdefault(kind, {}).setdefault("namesrv", self.broker.namesrv)
             self.controller.broker_process_changed(self.broker.status())
             self.say("broker ready")
         scenario = await self.starting_scenario()
