@@ -105,3 +105,20 @@ async def test_ours_over_remoting_and_ali_ons_share_a_group(broker):
     finally:
         peer.kill()
         await ours.shutdown()
+
+
+async def test_our_lite_pull_consumer_over_remoting_polls_every_message(broker):
+    from consumers_app.client import LitePullConsumer, LitePullConsumerConfig
+    sent = await produce(broker.address, TOPIC, 120, batch=40)
+    consumer = LitePullConsumer("GID_REMOTE_LITE", TOPIC, config=LitePullConsumerConfig(
+        namesrv=broker.namesrv, heartbeat_interval_ms=500, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET))
+    await consumer.start()
+    got: Counter = Counter()
+    try:
+        async def all_polled():
+            for m in await consumer.poll(200):
+                got[m.message_id] += 1
+            return set(got) >= sent
+        await async_wait_until(all_polled, timeout=30, message="the 120 polled over remoting")
+    finally:
+        await consumer.shutdown()
