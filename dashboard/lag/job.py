@@ -166,8 +166,10 @@ class LagJob:
         if recordings is None or out is None:
             default_recordings, default_out = default_paths()
             recordings, out = recordings or default_recordings, out or default_out
-        self.recordings, self.out = Path(recordings), Path(out)
+        # Absolute: over Spark Connect the server resolves a relative path against its own cwd.
+        self.recordings, self.out = Path(recordings).absolute(), Path(out).absolute()
         self._spark, self.master = spark, master
+        self._own_spark = spark is None
         self.progress = progress or (lambda done, total, label: None)
         self._step = 0
 
@@ -275,6 +277,15 @@ class LagJob:
 
             self._spark = get_spark(self.master)
         return self._spark
+
+    def close(self) -> None:
+        """End a Spark Connect session this job opened: the server would keep it (and what
+        it holds) until its idle timeout. A classic session ends with this process."""
+        from .spark import is_connect
+
+        if self._own_spark and self._spark is not None and is_connect(self._spark):
+            self._spark.stop()
+            self._spark = None
 
     def load_state(self) -> dict:
         try:

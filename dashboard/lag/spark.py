@@ -1,13 +1,17 @@
 """The one place a SparkSession is made for the lag job.
 
-* ``SPARK_REMOTE`` (e.g. ``sc://spark-connect:15002``) -> a Spark Connect session;
+* ``SPARK_REMOTE`` (e.g. ``sc://spark-connect:15002``) -> a Spark Connect session (the
+  ``pyspark[connect]`` extra: grpcio, grpcio-status, zstandard, ...);
 * else ``SPARK_MASTER`` (e.g. ``spark://host:7077``) or the ``master`` argument;
 * else ``local[*]``.
 
-Offline by construction: no ``spark.jars.packages``, nothing is fetched at run time.
-The UI and the console progress bar are off, logging is errors-only, the session time
-zone is UTC. With a cluster, ``LAB_DATA_DIR`` must be on storage every executor sees at
-the same path (the job reads and writes plain paths).
+The job uses the DataFrame API only (no SparkContext, RDDs or UDFs), so the same code runs
+in all three. Offline by construction: no ``spark.jars.packages``, nothing is fetched at
+run time. The UI and the console progress bar are off, logging is errors-only, the session
+time zone is UTC. Over Connect only the ``spark.sql.*`` settings apply (the server owns the
+rest). With a cluster or a Connect server, ``LAB_DATA_DIR`` must be on storage that every
+executor (and the Connect server) sees at the same path as this process: the job reads
+and writes plain paths, and renames the staged output itself.
 """
 from __future__ import annotations
 
@@ -42,6 +46,11 @@ def spark_target(master: str | None = None) -> str:
     if os.environ.get("SPARK_REMOTE"):
         return f"remote {os.environ['SPARK_REMOTE']}"
     return master or os.environ.get("SPARK_MASTER") or "local[*]"
+
+
+def is_connect(session) -> bool:
+    """A Spark Connect session (pyspark.sql.connect), not a classic one with a local JVM."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def get_spark(master: str | None = None, app_name: str = "rebalance-lab-lag"):

@@ -45,9 +45,9 @@ class Command(BaseCommand):
 
         if progress_file:
             progress_file.write()
+        job = LagJob(master=options["master"], progress=progress)
         try:
-            result = LagJob(master=options["master"], progress=progress).run(
-                JobParams.from_settings(since_ms=since, until_ms=until, group=options["group"]))
+            result = job.run(JobParams.from_settings(since_ms=since, until_ms=until, group=options["group"]))
         except JobBusy as exc:
             if progress_file:
                 progress_file.fail(str(exc))
@@ -56,6 +56,8 @@ class Command(BaseCommand):
             if progress_file:
                 progress_file.fail(f"{type(exc).__name__}: {exc}")
             raise
+        finally:
+            job.close()
         summary = result.as_dict()
         if progress_file:
             progress_file.finish(summary)
