@@ -138,6 +138,10 @@ LAB_CONTROL_BURST = int(os.environ.get("LAB_CONTROL_BURST", "20"))
 LAB_BURST_MESSAGES_PER_MINUTE = int(os.environ.get("LAB_BURST_MESSAGES_PER_MINUTE", "300000"))
 # How often (seconds) an observed group (POST /api/observe) is asked about on the cluster.
 LAB_OBSERVE_INTERVAL = float(os.environ.get("LAB_OBSERVE_INTERVAL", "1"))
+# How big a run may get (refused past them with a 400 naming the limit).
+LAB_MAX_CONSUMERS = int(os.environ.get("LAB_MAX_CONSUMERS", "128"))
+LAB_MAX_GROUP_CONSUMERS = int(os.environ.get("LAB_MAX_GROUP_CONSUMERS", "64"))
+LAB_MAX_TOPIC_QUEUES = int(os.environ.get("LAB_MAX_TOPIC_QUEUES", "1024"))
 LOGIN_FAILURES_PER_MINUTE = int(os.environ.get("LOGIN_FAILURES_PER_MINUTE", "10"))
 
 LOGGING = {

@@ -15,7 +15,7 @@ from channels.layers import get_channel_layer
 from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.events import EVENT_TYPES, event_from_dict, now_ms
 from consumers_app.lab import bus
-from consumers_app.lab.controller import LabController
+from consumers_app.lab.controller import LabController, Limits
 from consumers_app.lab.scenario import DEFAULT
 from consumers_app.message_queue import MessageQueue, broker_of
 
@@ -185,6 +185,26 @@ async def test_bad_requests_are_refused_and_change_nothing(lab, action, params, 
     with pytest.raises(bus.LabError) as refused:
         await bus.request(action, **params)
     assert reason in str(refused.value)
+    assert comparable(lab.state.snapshot()) == before
+
+
+async def test_runs_past_the_limits_are_refused_by_the_limits_name(lab):
+    alive = sum(c.alive for c in lab.state.clients.values())
+    in_group = len(live_members(lab))
+    queues = len(lab.state.topics["TopicTest"])
+    before = comparable(lab.state.snapshot())
+    saved = lab.limits
+    try:
+        lab.limits = Limits(consumers=alive, group_consumers=64, topic_queues=1024)
+        with pytest.raises(bus.LabError, match=f"at most {alive} consumers \\(LAB_MAX_CONSUMERS\\)"):
+            await bus.request("add_consumer", group="GID_OTHER")
+        lab.limits = Limits(consumers=128, group_consumers=in_group, topic_queues=queues)
+        with pytest.raises(bus.LabError, match=f"at most {in_group} consumers \\(LAB_MAX_GROUP_CONSUMERS\\)"):
+            await bus.request("add_consumer", group="GID_LAB")
+        with pytest.raises(bus.LabError, match=f"at most {queues} queues \\(LAB_MAX_TOPIC_QUEUES\\)"):
+            await bus.request("queues", topic="TopicTest", delta=1)
+    finally:
+        lab.limits = saved
     assert comparable(lab.state.snapshot()) == before
 
 

@@ -29,6 +29,7 @@ import logging
 import math
 import re
 import time
+from dataclasses import dataclass
 
 import grpc
 
@@ -51,7 +52,6 @@ log = logging.getLogger(__name__)
 
 OK = 20000
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,120}$")   # RocketMQ's valid group/topic characters
-MAX_CONSUMERS = 32
 MAX_RATE = 50_000
 MAX_BURST = 100_000
 # Figures superseded by the next report: they never settle an action.
@@ -60,12 +60,23 @@ SETTLE_TIMEOUT = 5.0      # how long an action waits for its effect before answe
 GONE_GRACE_S = 60.0       # how long a stopped/killed/crashed consumer stays on the page
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How big the lab lets a run get (settings LAB_MAX_*; the README states them). Past
+    them a request is refused with the limit's name, and nothing changes."""
+    consumers: int = 128          # live consumers in the whole lab (LAB_MAX_CONSUMERS)
+    group_consumers: int = 64     # live consumers in one group (LAB_MAX_GROUP_CONSUMERS)
+    topic_queues: int = 1024      # queues of one topic over all brokers (LAB_MAX_TOPIC_QUEUES)
+
+
 class LabController:
     def __init__(self, broker_address: str, *, pool_size: int = 2, client_options: dict | None = None,
                  adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
-                 gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0):
+                 gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0,
+                 limits: Limits = Limits()):
         self.broker_address = broker_address
+        self.limits = limits
         self.pool_size = pool_size
         # Extra constructor options per client kind ("push", "lite_pull", "pop", "producer"),
         # e.g. short heartbeat intervals for tests.
@@ -436,8 +447,12 @@ class LabController:
             existing = self.state.groups.get(group)
             if existing is not None and existing.mode not in kind.modes:
                 raise bus.LabError(f"group {group} consumes in {existing.mode} mode; {client} plays push only")
-        if sum(c.alive for c in self.state.clients.values()) >= MAX_CONSUMERS:
-            raise bus.LabError(f"the lab runs at most {MAX_CONSUMERS} consumers")
+        alive = [c for c in self.state.clients.values() if c.alive]
+        if len(alive) >= self.limits.consumers:
+            raise bus.LabError(f"the lab runs at most {self.limits.consumers} consumers (LAB_MAX_CONSUMERS)")
+        if sum(c.group == group for c in alive) >= self.limits.group_consumers:
+            raise bus.LabError(f"a group has at most {self.limits.group_consumers} consumers "
+                               f"(LAB_MAX_GROUP_CONSUMERS); {group} is full")
         existing = self.state.groups.get(group)
         if existing is not None:
             self._not_observed(existing)
@@ -519,6 +534,9 @@ class LabController:
             raise bus.LabError(f"{topic} has only {on_broker} queue(s) on {broker}; cannot remove {-delta}")
         if len(labels) + delta < 1:
             raise bus.LabError(f"removing {-delta} queue(s) would leave {topic} with no queues")
+        if len(labels) + delta > self.limits.topic_queues:
+            raise bus.LabError(f"a topic has at most {self.limits.topic_queues} queues (LAB_MAX_TOPIC_QUEUES); "
+                               f"{topic} has {len(labels)}")
         changed_at = now_ms()   # before the broker changes: a refresh may see it at once
         info = self._check(await self.admin.AddQueues(
             lab.AddQueuesRequest(topic=topic, delta=delta, broker_name=broker), timeout=10))

@@ -7,7 +7,7 @@ import json
 
 from django.conf import settings
 
-from .controller import LabController
+from .controller import LabController, Limits
 from .persistence import LabMemory
 from .scenario import DEFAULT
 
@@ -44,7 +44,9 @@ class LabRuntime:
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
             recorder_root=settings.DATA_DIR / "recordings", memory=memory,
-            observe_interval=settings.LAB_OBSERVE_INTERVAL)
+            observe_interval=settings.LAB_OBSERVE_INTERVAL,
+            limits=Limits(consumers=settings.LAB_MAX_CONSUMERS, group_consumers=settings.LAB_MAX_GROUP_CONSUMERS,
+                          topic_queues=settings.LAB_MAX_TOPIC_QUEUES))
         self.memory = memory
         self.fresh = fresh
         self.broker = broker
