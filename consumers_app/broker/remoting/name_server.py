@@ -36,8 +36,7 @@ class NameServerRequests:
     async def route(self, conn, cmd: Command) -> Command:
         topic = cmd.text("topic") or ""
         config = self.core.topics.get(topic)
-        brokers = sorted(b for b in (config.queues if config else ())
-                         if self.core.topics.online(b) and self.service.broker_address(b))
+        brokers = [b for b in sorted(config.queues if config else ()) if await self.service.listening(b)]
         if not brokers:
             return response(cmd, wire.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
         route = {
@@ -50,8 +49,7 @@ class NameServerRequests:
         return response(cmd, body=wire.dumps(route))
 
     async def cluster_info(self, conn, cmd: Command) -> Command:
-        online = [b for b in sorted(self.core.topics.brokers)
-                  if self.core.topics.online(b) and self.service.broker_address(b)]
+        online = [b for b in sorted(self.core.topics.brokers) if await self.service.listening(b)]
         return response(cmd, body=wire.dumps({
             "brokerAddrTable": {b: self._broker_data(b) for b in online},
             "clusterAddrTable": {CLUSTER: online},

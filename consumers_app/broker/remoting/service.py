@@ -41,6 +41,7 @@ class RemotingService:
         self.name_server = Listener("name server", self.names.handle)
         self.brokers: dict[str, Listener] = {}
         self.ports: dict[str, int] = {}               # logical broker -> its port, kept while offline
+        self._opening: dict[str, asyncio.Future] = {}  # broker -> done when its port is bound
         self._subscriptions: dict[tuple[str, str], str] = {}   # (group, topic) -> expression
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -64,18 +65,30 @@ class RemotingService:
     async def _open(self, broker: str) -> None:
         if broker in self.brokers:
             return
+        if broker in self._opening:   # another request is binding its port: wait for that
+            await asyncio.shield(self._opening[broker])
+            return
         requests = BrokerRequests(self, broker)
         listener = Listener(broker, requests.handle, self._connection_closed)
         if self.first_broker_port == 0:
             port = self.ports.get(broker, 0)   # any free port, kept while the broker is offline
         else:
             port = self.ports.get(broker) or max([self.first_broker_port - 1, *self.ports.values()]) + 1
-        self.brokers[broker] = listener
+        bound = self._opening[broker] = asyncio.get_running_loop().create_future()
         try:
             self.ports[broker] = await listener.start(self.host, port)
-        except OSError:
-            del self.brokers[broker]
+            self.brokers[broker] = listener
+            bound.set_result(None)
+        except BaseException as exc:
+            bound.set_exception(exc)
+            bound.exception()   # retrieved: waiters see it, nobody else must
             raise
+        finally:
+            del self._opening[broker]
+        if not self.core.topics.online(broker):   # taken offline while its port was bound
+            self.brokers.pop(broker, None)
+            await listener.stop()
+            return
         log.info("remoting: logical broker %s on %s:%d", broker, self.host, self.ports[broker])
 
     def _broker_changed(self, broker: str, online: bool) -> None:
@@ -89,12 +102,16 @@ class RemotingService:
     # ------------------------------------------------------------------ lookups
 
     def broker_address(self, broker: str) -> str | None:
-        """host:port of a logical broker's remoting port (None if it has none yet)."""
-        if broker not in self.brokers:
-            if self.core.topics.online(broker) and self._loop is not None:
-                self._loop.create_task(self._open(broker))   # a broker named since start-up
-            return None
-        return f"{self.host}:{self.ports[broker]}"
+        """host:port of a logical broker's remoting port (None if it does not listen)."""
+        return f"{self.host}:{self.ports[broker]}" if broker in self.brokers else None
+
+    async def listening(self, broker: str) -> str | None:
+        """host:port of an online broker's remoting port, opened first if the broker was
+        named after start-up (a topic created on it): a route never names a port that
+        is not bound yet, nor leaves out a broker that is online."""
+        if broker not in self.brokers and self.core.topics.online(broker):
+            await self._open(broker)
+        return self.broker_address(broker) if self.core.topics.online(broker) else None
 
     def store_host(self, broker: str) -> tuple[str, int]:
         return (self.host, self.ports.get(broker, 0))
