@@ -226,6 +226,78 @@ class FakeLab:
                 for label, lag in offsets.items()])
 
 
+# ---------------------------------------------------------------- real sizes (browser tests, bench)
+
+def broker_names(n: int) -> list[str]:
+    return [f"broker-{chr(ord('a') + i)}" for i in range(n)]
+
+
+class ScaledFakeLab(FakeLab):
+    """GID_LAB at real sizes: ``consumers`` push consumers on ``brokers`` × ``queues_per_broker``
+    queues (broker-a, broker-b, ...). ``claim`` and ``release`` make what a rebalance under way
+    shows (a queue with two owners, one with none). A stop or kill is the moment right after
+    a real one: the broker dropped the consumer and the survivors have not rebalanced yet,
+    so its queues stay unowned."""
+
+    def __init__(self, consumers: int = 64, brokers: int = 4, queues_per_broker: int = 64, tick: float | None = None):
+        self._leaving = False   # inside a stop or kill (see _rebalanced)
+        super().__init__(consumers=0, queues_per_broker=0, tick=tick)
+        self.queues = {b: queues_per_broker for b in broker_names(brokers)}
+        self.state.brokers = {b: True for b in self.queues}
+        self.state.set_topic_queues(TOPIC, self.labels())
+        for _ in range(consumers):
+            self._add("GID_LAB")
+        self._rebalanced("GID_LAB", "start")
+        self.state.drain()
+
+    def assign(self, client_id: str, labels, group: str = "GID_LAB", reason: str = "rebalance under way") -> None:
+        """``client_id`` reports holding ``labels`` (an assignment event, as the client sends it)."""
+        self._emit("assignment", group, client_id, topic=TOPIC, queues=[MessageQueue.from_label(TOPIC, x) for x in labels],
+                   strategy=self.groups[group].strategy, reason=reason)
+
+    def claim(self, client_id: str, label: str, group: str = "GID_LAB") -> None:
+        """``client_id`` takes ``label`` too, before its owner has let it go: two owners."""
+        self.assign(client_id, [*self.groups[group].assignments.get(client_id, []), label], group)
+
+    def release(self, label: str, group: str = "GID_LAB") -> None:
+        """Whoever holds ``label`` lets it go, before anyone takes it: unowned."""
+        for client_id, held in list(self.groups[group].assignments.items()):
+            if label in held:
+                self.assign(client_id, [x for x in held if x != label], group)
+
+    def do_consumer(self, client_id, action, ms=None, ratio=None):
+        self._leaving = action in ("stop", "kill")
+        try:
+            return super().do_consumer(client_id, action, ms=ms, ratio=ratio)
+        finally:
+            self._leaving = False
+
+    def _rebalanced(self, group, reason):
+        if not self._leaving:   # a leave: the survivors rebalance later
+            super()._rebalanced(group, reason)
+
+
+def serve(make_lab, port: int, host: str = "127.0.0.1") -> None:
+    """Serve the dashboard on daphne with the lab ``make_lab()`` builds inside, and print a
+    one-time login line as runlab does (``open http://HOST:PORT/login/?token=...``). For
+    browser tests and benchmarks, in a process of its own with a scratch LAB_DATA_DIR."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    django.setup()
+    from daphne.server import Server
+    from django.core.management import call_command
+
+    from dashboard.asgi import application
+    from dashboard.auth import issue_login_token
+    from tests.fake_lab_server import with_fake_lab
+
+    call_command("migrate", verbosity=0)
+    lab = make_lab()
+    print(f"Rebalance Lab (fake): open http://{host}:{port}/login/?token={issue_login_token()}", flush=True)
+    Server(with_fake_lab(application, lab), endpoints=[f"tcp:port={port}:interface={host}"], verbosity=0).run()
+
+
 if __name__ == "__main__":  # python -m tests.fake_lab  (a controller process on the configured layer)
     import django
 

@@ -45,8 +45,14 @@
     const i = label.lastIndexOf(":");
     return [label.slice(0, i), Number(label.slice(i + 1))];
   }
+  // The palette first; past it, hues spread by the golden angle (two lightnesses), so that
+  // 64 or 128 consumers still get colours of their own rather than the palette's again.
   function colourOf(clientId) {
-    if (!colours.has(clientId)) colours.set(clientId, PALETTE[colours.size % PALETTE.length]);
+    if (!colours.has(clientId)) {
+      const n = colours.size;
+      colours.set(clientId, n < PALETTE.length ? PALETTE[n]
+        : `hsl(${Math.round((n * 137.508) % 360)} ${n % 2 ? 55 : 70}% ${n % 3 ? 45 : 60}%)`);
+    }
     return colours.get(clientId);
   }
   function el(tag, attrs = {}, ...children) {
@@ -70,13 +76,22 @@
     if (ms < 120000) return `${(ms / 1000).toFixed(1)} s`;
     return `${Math.round(ms / 60000)} min`;
   }
-  const clock = (ts) => new Date(ts).toLocaleTimeString("en-GB", { hour12: false });
+  // Locale formatting is slow enough to show in a frame's profile: remember what it gave.
+  const clockTexts = new Map();
+  function clock(ts) {
+    if (!clockTexts.has(ts)) {
+      if (clockTexts.size >= 1000) clockTexts.clear();
+      clockTexts.set(ts, new Date(ts).toLocaleTimeString("en-GB", { hour12: false }));
+    }
+    return clockTexts.get(ts);
+  }
 
   // ------------------------------------------------------------------ model
 
   function groupFrom(name, snap, previous) {
     const g = {
       name,
+      version: 0,
       strategy: snap.strategy,
       mode: snap.mode,
       topic: snap.topic,
@@ -107,7 +122,10 @@
       for (const e of g.flow_control || []) flowEvent({ ...e, type: "flow_control", group: e.group || name });
     }
     lab.groups = groups;
-    if (snap.topics) lab.topics = snap.topics;
+    if (snap.topics) {
+      lab.topics = snap.topics;
+      topicsVersion += 1;
+    }
     if (snap.brokers) lab.brokers = snap.brokers;
     if (snap.producers) lab.producers = snap.producers;
     if (snap.broker_process) showBrokerProcess(snap.broker_process);
@@ -136,12 +154,29 @@
     return [...labels].sort(queueOrder);
   }
 
-  // Which clients claim `label`. Each consumer rebalances on its own, so while a
-  // rebalance is under way two may claim a queue, or none.
-  function claimants(g, label) {
-    const broker = splitLabel(label)[0];
-    return Object.keys(g.assignments).filter((cid) =>
-      g.assignments[cid].some((x) => x === label || x === `${broker}:-1`)).sort(javaOrder);
+  // Which clients claim each queue: label -> client ids, sorted. Each consumer rebalances
+  // on its own, so while a rebalance is under way two may claim a queue, or none.
+  // One pass over the assignments (a pop client's BROKER:-1 stands for each queue of BROKER):
+  // asking per queue would cost queues × consumers at 1024 × 128.
+  function ownerIndex(g, queues) {
+    const index = new Map(queues.map((label) => [label, []]));
+    const byBroker = new Map();
+    for (const label of queues) {
+      const broker = splitLabel(label)[0];
+      if (!byBroker.has(broker)) byBroker.set(broker, []);
+      byBroker.get(broker).push(label);
+    }
+    for (const [cid, labels] of Object.entries(g.assignments)) {
+      for (const label of labels) {
+        const covered = label.endsWith(":-1") ? byBroker.get(splitLabel(label)[0]) || [] : [label];
+        for (const x of covered) {
+          const list = index.get(x);
+          if (list && list.at(-1) !== cid) list.push(cid);
+        }
+      }
+    }
+    for (const list of index.values()) list.sort(javaOrder);
+    return index;
   }
 
   // Recent receivers of a pop group's queue: its own record, else its broker's (BROKER:-1).
@@ -152,10 +187,10 @@
     return [...ids].sort(javaOrder);
   }
 
-  function pqTotals(g, label) {
+  // A queue's ProcessQueue figures: the snapshot's totals, or what its holders report.
+  function pqTotals(g, label, holders) {
     const per = g.pq[label] || {};
-    const owners = new Set(claimants(g, label));
-    const rows = Object.entries(per).filter(([cid]) => cid === "*" || owners.has(cid) || g.mode === "pop").map(([, v]) => v);
+    const rows = Object.entries(per).filter(([cid]) => cid === "*" || holders.includes(cid) || g.mode === "pop").map(([, v]) => v);
     return {
       cached_count: rows.reduce((s, r) => s + (r.cached_count || 0), 0),
       cached_bytes: rows.reduce((s, r) => s + (r.cached_bytes || 0), 0),
@@ -197,6 +232,7 @@
 
   function applyEvent(e) {
     const g = lab.groups[e.group];
+    if (g) g.version += 1;   // its views compare this to skip groups nothing happened to
     switch (e.type) {
       case "assignment":
         if (g) {
@@ -260,7 +296,10 @@
         break;
       case "broker":
         logEvent(e);
-        if (e.topic && e.queues) lab.topics[e.topic] = [...e.queues];
+        if (e.topic && e.queues) {
+          lab.topics[e.topic] = [...e.queues];
+          topicsVersion += 1;
+        }
         if (e.broker && "online" in e) lab.brokers[e.broker] = { online: !!e.online };
         if (e.process) showBrokerProcess({ up: e.process === "up", restarts: e.restarts, reason: e.reason });
         break;
@@ -273,8 +312,12 @@
   // ------------------------------------------------------------------ rendering
 
   let renderPending = false, logChanged = true, flowChanged = true;
-  let chartTimer = null, lastChartDraw = 0;
-  const CHART_INTERVAL_MS = 500;   // plotly redraws are the expensive part: at most twice a second
+  let topicsVersion = 0;       // bumped when lab.topics changes: every group's queues may have
+  const views = new Map();     // group name -> its assignment view (MatrixView | GridView)
+  let chartTimer = null, lastChartDraw = 0, lastChartCost = 0;
+  // Plotly redraws are the expensive part (tens of ms each, more on a busy machine): at most
+  // twice a second, and spaced so that they take at most a ninth of the main thread.
+  const CHART_INTERVAL_MS = 500, CHART_SHARE = 1 / 9;
 
   function scheduleRender() {
     if (renderPending) return;
@@ -290,14 +333,17 @@
     if (logChanged) renderLog();
     logChanged = false;
     renderLabControls();
-    if (!chartTimer) chartTimer = setTimeout(drawCharts, Math.max(0, CHART_INTERVAL_MS - (performance.now() - lastChartDraw)));
+    const interval = Math.max(CHART_INTERVAL_MS, lastChartCost / CHART_SHARE);
+    if (!chartTimer) chartTimer = setTimeout(drawCharts, Math.max(0, interval - (performance.now() - lastChartDraw)));
   }
 
   function drawCharts() {
     chartTimer = null;
-    lastChartDraw = performance.now();
+    const started = performance.now();
     for (const g of Object.values(lab.groups)) drawPqChart(g);
     if (flowChanged) drawFlowChart();
+    lastChartDraw = performance.now();
+    lastChartCost = lastChartDraw - started;
   }
 
   function renderGroups() {
@@ -305,11 +351,16 @@
     const names = Object.keys(lab.groups).sort(javaOrder);
     if (!names.length) return;
     host.querySelector(".empty")?.remove();
-    for (const card of host.querySelectorAll(".group")) if (!lab.groups[card.dataset.group]) card.remove();
+    for (const card of host.querySelectorAll(".group")) {
+      if (!lab.groups[card.dataset.group]) {
+        views.delete(card.dataset.group);
+        card.remove();
+      }
+    }
     for (const name of names) {
       let card = host.querySelector(`.group[data-group="${CSS.escape(name)}"]`);
       if (!card) {
-        card = buildGroupCard(name, lab.groups[name].observed);
+        card = buildGroupCard(lab.groups[name]);
         host.append(card);
       }
       updateGroupCard(card, lab.groups[name]);
@@ -322,7 +373,8 @@
   });
   resizer.observe(document.getElementById("flow-chart"));
 
-  function buildGroupCard(name, observed) {
+  function buildGroupCard(g) {
+    const { name, observed } = g;
     const steer = canControl && !observed;
     const strategySelect = el("select", { name: "strategy", "data-control": "strategy", disabled: !steer, "aria-label": "allocation strategy" },
       STRATEGIES.map((s) => el("option", { value: s }, s)));
@@ -343,6 +395,7 @@
       el("p", { class: "rebalance", "data-role": "last-rebalance" }),
       el("p", { class: "rebalance", "data-role": "route-change" }),
       el("div", { class: "matrix-wrap" }),
+      el("p", { class: "rebalance chart-caption", "data-role": "pq-caption" }),
       el("div", { class: "pq-chart chart", id: `pq-${name}` }));
     if (steer) card.append(buildConsumerControls(name));
     resizer.observe(card.querySelector(".pq-chart"));
@@ -357,7 +410,8 @@
     };
     const ms = el("input", { type: "number", name: "ms", min: 0, step: 50, value: 200, "aria-label": "ms per message" });
     const ratio = el("input", { type: "number", name: "ratio", min: 0, max: 1, step: 0.05, value: 0.2, "aria-label": "fail ratio" });
-    const addMode = el("select", { name: "mode", "aria-label": "mode of the new consumer" }, MODES.map((m) => el("option", { value: m }, m)));
+    // Follows the group's mode (updateConsumerControls): a group takes only consumers of its own mode.
+    const addMode = el("select", { name: "mode", "data-role": "add-mode", "aria-label": "mode of the new consumer" }, MODES.map((m) => el("option", { value: m }, m)));
     const addClient = el("select", { name: "client", "aria-label": "which RocketMQ client" }, CLIENTS.map((c) => el("option", { value: c }, c)));
     return el("div", { class: "consumer-controls", "data-role": "consumer-controls" },
       el("div", { class: "control" },
@@ -381,18 +435,41 @@
     if (!select.dataset.busy && value && select.value !== value) select.value = value;
   }
 
+  // Writers that touch the DOM only when the value differs: the views call them every frame,
+  // and an unchanged cell must cost no style recalculation (nor a mutation record).
+  function setData(node, key, value) { if (node.dataset[key] !== value) node.dataset[key] = value; }
+  function setText(node, text) { if (node.textContent !== text) node.textContent = text; }
+  function setAttr(node, name, value) { if (node.getAttribute(name) !== value) node.setAttribute(name, value); }
+  function setClassName(node, value) { if (node.className !== value) node.className = value; }
+  function setClass(node, name, on) { if (node.classList.contains(name) !== on) node.classList.toggle(name, on); }
+  function setStyle(node, css) {
+    // The browser rewrites cssText in its own form, so compare with what we wrote last.
+    if (node.writtenStyle === css) return;
+    node.writtenStyle = css;
+    node.style.cssText = css;
+  }
+
   function updateGroupCard(card, g) {
-    card.dataset.strategy = g.strategy;
-    card.dataset.mode = g.mode;
-    card.querySelector(".topic").textContent = g.topic ? `on ${g.topic}` : "";
+    // A frame with nothing new for this group (another group's event) costs nothing here.
+    const stamp = `${g.version}|${topicsVersion}`;
+    if (card.shownGroup === g && card.shownStamp === stamp) return;
+    card.shownGroup = g;
+    card.shownStamp = stamp;
+    setData(card, "strategy", g.strategy || "");
+    setData(card, "mode", g.mode || "");
+    setText(card.querySelector(".topic"), g.topic ? `on ${g.topic}` : "");
     setSelect(card.querySelector('[data-control="strategy"]'), g.strategy);
     setSelect(card.querySelector('[data-control="mode"]'), g.mode);
     const r = g.lastRebalance;
-    card.querySelector('[data-role="last-rebalance"]').textContent = r
+    setText(card.querySelector('[data-role="last-rebalance"]'), r
       ? `Last rebalance ${clock(r.ts)}${r.client_id ? ` by ${r.client_id}` : ""}: ${r.reason || "periodic"} · ${fmtMs(r.duration_ms)}${changedCount(r) ? ` · ${changedCount(r)} queue(s) changed` : ""}`
-      : "No rebalance seen yet.";
-    card.querySelector('[data-role="route-change"]').textContent = routeChangeLine(g);
-    card.querySelector(".matrix-wrap").replaceChildren(matrix(g));
+      : "No rebalance seen yet.");
+    setText(card.querySelector('[data-role="route-change"]'), routeChangeLine(g));
+    updateAssignmentView(card, g);
+    updateConsumerControls(card, g);
+  }
+
+  function updateConsumerControls(card, g) {
     const who = card.querySelector('select[name="client_id"]');
     if (who) {
       const alive = consumersOf(g).filter((c) => isAlive(g, c));
@@ -402,6 +479,12 @@
         who.replaceChildren(...alive.map((c) => el("option", { value: c }, c)));
         if (alive.includes(keep)) who.value = keep;
       }
+    }
+    // "Add" offers the group's own mode; a different pick stays until the group's mode changes.
+    const addMode = card.querySelector('select[data-role="add-mode"]');
+    if (addMode && addMode.dataset.groupMode !== g.mode) {
+      addMode.dataset.groupMode = g.mode;
+      addMode.value = g.mode;
     }
   }
 
@@ -419,80 +502,414 @@
   const changedCount = (r) => (r.changed || []).length + (r.added || []).length + (r.removed || []).length;
   const isAlive = (g, cid) => !["stopped", "killed", "crashed", "left", "gone"].includes((g.clients[cid] || {}).status);
 
-  // The assignment matrix: consumers × queues, a cell filled in its consumer's colour
-  // when that consumer claims the queue (push, lite-pull) or recently received from it (pop).
-  function matrix(g) {
+  // ------------------------------------------------------------------ assignment views
+  //
+  // Each group card holds one assignment view: the element [data-assignment-group=G] with
+  // one [data-queue] element per queue carrying data-owners and data-state. Views are keyed
+  // DOM: a queue's elements are built once and afterwards only the attributes that changed
+  // are written, so a frame costs what changed, not the size of the group.
+
+  // Up to this size the detailed matrix (a row per consumer, figures per queue) stays
+  // readable; above it each queue is one small cell of a dense grid.
+  const MATRIX_MAX_QUEUES = 16, MATRIX_MAX_CONSUMERS = 12;
+
+  function updateAssignmentView(card, g) {
     const queues = queuesOf(g);
     const consumers = consumersOf(g);
-    const pop = g.mode === "pop";
-    const head = el("tr", {}, el("th", { class: "corner" }, pop ? "received by" : "owned by"),
-      queues.map((label) => {
-        const owners = pop ? [...new Set(popsOf(g, label))].sort(javaOrder) : claimants(g, label);
-        const latest = pop ? popsOf(g, label).at(-1) : owners[0];
-        const state = pop ? (owners.length ? "received" : "idle") : owners.length === 1 ? "owned" : owners.length ? "contested" : "unowned";
-        const note = pop ? (owners.length > 2 ? `${owners.length} consumers` : owners.join(", ") || "no pops")
-          : state === "owned" ? owners[0] : state === "contested" ? `${owners.length} owners` : "unowned";
-        return el("th", {
-          class: `queue-head ${state}`, scope: "col", "data-queue": label, "data-state": state,
-          "data-owner": state === "owned" || pop ? latest || "" : "", "data-owners": owners.join(","),
-          title: pop ? `recent messages of ${label} went to ${owners.join(", ") || "nobody yet"}` : `${label}: ${owners.join(", ") || "no owner"}`,
-        }, el("span", { class: "qlabel" }, label), el("span", { class: "qnote" }, note));
-      }));
-    const rows = consumers.map((cid) => {
-      const c = g.clients[cid] || {};
-      const status = c.status || "running";
-      const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean).join(" · ");
-      return el("tr", { "data-consumer": cid, "data-status": status, class: isAlive(g, cid) ? "" : "dead" },
-        el("th", { scope: "row", class: "consumer", title: cid },
-          el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
-          status !== "running" ? el("span", { class: `status ${status}` }, status) : null,
-          c.client === "outside" ? el("span", { class: "peer", "data-role": "outside-client",
-            title: c.assignment_source === "unknown" ? `${c.note}: its queues are unknown; lag comes from the broker's stats`
-              : "its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)" },
-            `${c.language || "?"} ${c.version || ""}`.trim() + (c.assignment_source === "unknown" ? " · no running info" : ""))
-          : c.client && c.client !== "ours" ? el("span", { class: "peer", "data-role": "peer-client",
-            title: c.assignment_source === "broker" ? `${c.client}: its queues are what the broker sees it pull`
-              : `${c.client}: its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)` },
-            c.assignment_source === "broker" ? `${c.client} · seen by the broker` : c.client) : null,
-          faults ? el("span", { class: "faults" }, faults) : null),
-        queues.map((label) => {
-          if (pop) {
-            const n = popsOf(g, label).filter((x) => x === cid).length;
-            const alpha = n ? 0.25 + 0.75 * (n / POP_WINDOW) : 0;
-            return el("td", { class: "cell", "data-queue": label, "data-consumer": cid, "data-received": n,
-              style: n ? `background:${colourOf(cid)};opacity:${alpha.toFixed(2)}` : "" }, n ? String(n) : "");
-          }
-          const owns = (g.assignments[cid] || []).includes(label);
-          return el("td", { class: `cell${owns ? " owns" : ""}`, "data-queue": label, "data-consumer": cid,
-            style: owns ? `background:${colourOf(cid)}` : "" });
-        }));
-    });
-    const metric = (title, value, limit) => el("tr", { class: "metric" }, el("th", { scope: "row" }, title),
-      queues.map((label) => {
-        const v = value(label);
-        const hot = limit !== undefined && v >= limit;
-        return el("td", { class: hot ? "hot" : "", "data-queue": label }, v === null ? "–" : fmt(v, title === "cached MiB" ? 1 : 0));
-      }));
-    const foot = [
-      metric("cached msgs", (l) => pqTotals(g, l).cached_count, THRESHOLDS.cached_count),
-      metric("cached MiB", (l) => pqTotals(g, l).cached_bytes / MIB, THRESHOLDS.cached_mib),
-      metric("span", (l) => pqTotals(g, l).span, THRESHOLDS.span),
-      metric("lag", (l) => (g.queues[l] ? g.queues[l].lag : null)),
-      el("tr", { class: "metric" }, el("th", { scope: "row" }, "time lag"),
-        queues.map((l) => el("td", { "data-queue": l }, g.queues[l] ? fmtMs(g.queues[l].time_lag_ms) : "–"))),
-    ];
-    return el("table", { class: `matrix${pop ? " pop" : ""}`, "data-group": g.name },
-      el("thead", {}, head), el("tbody", {}, rows), el("tfoot", {}, foot));
+    const Kind = queues.length > MATRIX_MAX_QUEUES || consumers.length > MATRIX_MAX_CONSUMERS ? GridView : MatrixView;
+    let view = views.get(g.name);
+    if (!(view instanceof Kind)) {
+      view = new Kind(g.name);
+      views.set(g.name, view);
+      card.querySelector(".matrix-wrap").replaceChildren(view.root);
+    }
+    view.update(g, queues, consumers, ownerIndex(g, queues));
   }
 
-  // ProcessQueue depth per queue against RocketMQ's flow-control thresholds.
+  // What a view shows of one queue. Push and lite pull: who claims it ("owned"; "contested"
+  // or "unowned" while a rebalance is under way). Pop shares queues by design: who recently
+  // received its messages ("received" or "idle"), the latest of them as `owner`.
+  function queueFacts(g, label, holders) {
+    if (g.mode === "pop") {
+      const recent = popsOf(g, label);
+      const owners = [...new Set(recent)].sort(javaOrder);
+      return { owners, state: owners.length ? "received" : "idle", owner: recent.at(-1) || "" };
+    }
+    const state = holders.length === 1 ? "owned" : holders.length ? "contested" : "unowned";
+    return { owners: holders, state, owner: state === "owned" ? holders[0] : "" };
+  }
+
+  const isHot = (t) => t.cached_count >= THRESHOLDS.cached_count || t.cached_bytes / MIB >= THRESHOLDS.cached_mib || t.span >= THRESHOLDS.span;
+
+  // One queue in words, for the grid's tooltip.
+  function queueDetails(g, label, facts, totals) {
+    const q = g.queues[label] || {};
+    const who = g.mode === "pop" ? `received by ${facts.owners.join(", ") || "nobody recently"}`
+      : facts.state === "owned" ? `owned by ${facts.owner}`
+        : facts.state === "contested" ? `${facts.owners.length} owners: ${facts.owners.join(", ")}` : "unowned";
+    return [label, who, `lag ${fmt(q.lag)} · time lag ${fmtMs(q.time_lag_ms)}`,
+      `cached ${fmt(totals.cached_count)} msgs · ${fmt(totals.cached_bytes / MIB, 1)} MiB · span ${fmt(totals.span)}`];
+  }
+
+  // A consumer's row head in the matrix: swatch, id, status, faults, which client it is.
+  function consumerLabel(cid, c, status) {
+    const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean).join(" · ");
+    return [
+      el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
+      status !== "running" ? el("span", { class: `status ${status}` }, status) : null,
+      c.client === "outside" ? el("span", { class: "peer", "data-role": "outside-client",
+        title: c.assignment_source === "unknown" ? `${c.note}: its queues are unknown; lag comes from the broker's stats`
+          : "its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)" },
+        `${c.language || "?"} ${c.version || ""}`.trim() + (c.assignment_source === "unknown" ? " · no running info" : ""))
+      : c.client && c.client !== "ours" ? el("span", { class: "peer", "data-role": "peer-client",
+        title: c.assignment_source === "broker" ? `${c.client}: its queues are what the broker sees it pull`
+          : `${c.client}: its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)` },
+        c.assignment_source === "broker" ? `${c.client} · seen by the broker` : c.client) : null,
+      faults ? el("span", { class: "faults" }, faults) : null,
+    ].filter(Boolean);
+  }
+
+  // The matrix's figure rows: title, then (totals, broker figures) -> [text, over a threshold].
+  const METRICS = [
+    ["cached msgs", (t) => [fmt(t.cached_count), t.cached_count >= THRESHOLDS.cached_count]],
+    ["cached MiB", (t) => [fmt(t.cached_bytes / MIB, 1), t.cached_bytes / MIB >= THRESHOLDS.cached_mib]],
+    ["span", (t) => [fmt(t.span), t.span >= THRESHOLDS.span]],
+    ["lag", (t, q) => [q ? fmt(q.lag) : "–", false]],
+    ["time lag", (t, q) => [q ? fmtMs(q.time_lag_ms) : "–", false]],
+  ];
+
+  // Small groups: consumers × queues, a cell filled in its consumer's colour when that
+  // consumer claims the queue (push, lite-pull) or recently received from it (pop), and
+  // each queue's figures below. The table is built once per (mode, queues, consumers) and
+  // updated in place; its queue heads are the [data-queue] elements.
+  class MatrixView {
+    constructor(name) {
+      this.root = el("table", { class: "matrix", "data-assignment-group": name });
+      this.shape = "";
+    }
+
+    update(g, queues, consumers, holders) {
+      const pop = g.mode === "pop";
+      const shape = [g.mode, queues.join(" "), consumers.join(" ")].join("|");
+      if (shape !== this.shape) {
+        this.shape = shape;
+        this.build(pop, queues, consumers);
+      }
+      for (const cid of consumers) this.paintConsumer(g, cid);
+      for (const label of queues) {
+        const held = holders.get(label);
+        this.paintHead(this.heads.get(label), label, queueFacts(g, label, held), pop);
+        for (const cid of consumers) this.paintCell(this.cells.get(cid).get(label), g, label, cid, held);
+        const totals = pqTotals(g, label, held);
+        for (const [title, figure] of METRICS) {
+          const [text, hot] = figure(totals, g.queues[label]);
+          const td = this.figures.get(title).get(label);
+          setText(td, text);
+          setClass(td, "hot", hot);
+        }
+      }
+    }
+
+    build(pop, queues, consumers) {
+      this.heads = new Map();     // label -> th.queue-head
+      this.rows = new Map();      // client id -> tr
+      this.cells = new Map();     // client id -> label -> td.cell
+      this.figures = new Map();   // metric title -> label -> td
+      const head = el("tr", {}, el("th", { class: "corner" }, pop ? "received by" : "owned by"), queues.map((label) => {
+        const th = el("th", { class: "queue-head", scope: "col", "data-queue": label },
+          el("span", { class: "qlabel" }, label), el("span", { class: "qnote" }));
+        this.heads.set(label, th);
+        return th;
+      }));
+      const rows = consumers.map((cid) => {
+        const cells = new Map(queues.map((label) => [label, el("td", { class: "cell", "data-cell-queue": label, "data-consumer": cid })]));
+        const tr = el("tr", { "data-consumer": cid }, el("th", { scope: "row", class: "consumer", title: cid }), [...cells.values()]);
+        this.rows.set(cid, tr);
+        this.cells.set(cid, cells);
+        return tr;
+      });
+      const foot = METRICS.map(([title]) => {
+        const tds = new Map(queues.map((label) => [label, el("td", { "data-cell-queue": label })]));
+        this.figures.set(title, tds);
+        return el("tr", { class: "metric" }, el("th", { scope: "row" }, title), [...tds.values()]);
+      });
+      this.root.className = `matrix${pop ? " pop" : ""}`;
+      this.root.replaceChildren(el("thead", {}, head), el("tbody", {}, rows), el("tfoot", {}, foot));
+    }
+
+    paintHead(th, label, facts, pop) {
+      const { owners, state, owner } = facts;
+      const note = pop ? (owners.length > 2 ? `${owners.length} consumers` : owners.join(", ") || "no pops")
+        : state === "owned" ? owner : state === "contested" ? `${owners.length} owners` : "unowned";
+      setClassName(th, `queue-head ${state}`);
+      setData(th, "state", state);
+      setData(th, "owner", owner);
+      setData(th, "owners", owners.join(","));
+      setAttr(th, "title", pop ? `recent messages of ${label} went to ${owners.join(", ") || "nobody yet"}` : `${label}: ${owners.join(", ") || "no owner"}`);
+      setText(th.lastChild, note);
+      // The owner's colour under the label, as in the dense grid.
+      setStyle(th, state === "owned" ? `box-shadow: inset 0 -3px ${colourOf(owner)}` : "");
+    }
+
+    paintConsumer(g, cid) {
+      const c = g.clients[cid] || {};
+      const status = c.status || "running";
+      const tr = this.rows.get(cid);
+      setData(tr, "status", status);
+      setClass(tr, "dead", !isAlive(g, cid));
+      const look = JSON.stringify([status, c.slow_ms, c.fail_ratio, c.client, c.assignment_source, c.language, c.version, c.note]);
+      const th = tr.firstChild;
+      if (th.shownLook !== look) {
+        th.shownLook = look;
+        th.replaceChildren(...consumerLabel(cid, c, status));
+      }
+    }
+
+    paintCell(td, g, label, cid, held) {
+      if (g.mode === "pop") {
+        const n = popsOf(g, label).filter((x) => x === cid).length;
+        setData(td, "received", String(n));
+        setStyle(td, n ? `background:${colourOf(cid)};opacity:${(0.25 + 0.75 * (n / POP_WINDOW)).toFixed(2)}` : "");
+        setText(td, n ? String(n) : "");
+        return;
+      }
+      const owns = held.includes(cid);
+      setClassName(td, owns ? "cell owns" : "cell");
+      setStyle(td, owns ? `background:${colourOf(cid)}` : "");
+    }
+  }
+
+  // A cell's fill: its owner's colour; several owners (or pop receivers) striped.
+  function fillOf(owners) {
+    if (!owners.length) return "";
+    if (owners.length === 1) return `background:${colourOf(owners[0])}`;
+    const stripes = owners.slice(0, 4).map((cid, i) => `${colourOf(cid)} ${i * 3}px ${(i + 1) * 3}px`);
+    return `background:repeating-linear-gradient(135deg,${stripes.join(",")})`;
+  }
+
+  // Large groups: one small cell per queue, grouped by broker, filled in its owner's colour;
+  // two owners striped and outlined red, none hatched grey (lab.css). A legend names each
+  // consumer: hovering or focusing one highlights its queues, a click keeps the highlight.
+  // Hovering a cell shows its figures in a tooltip.
+  class GridView {
+    constructor(name) {
+      this.summary = el("span", { class: "grid-summary", "data-role": "summary" });
+      const sample = (state, text, extra = "") => el("span", { class: "key" }, el("span", { class: `qcell ${extra}`, "data-state": state }), text);
+      const key = el("span", { class: "grid-key" }, sample("contested", "2+ owners"), sample("unowned", "unowned"),
+        sample("owned", "over a flow-control threshold", "hot"), "· hover a cell for its figures");
+      this.legend = el("div", { class: "legend", role: "group", "aria-label": "consumers: hover or click one to highlight its queues" });
+      this.blocks = el("div", { class: "broker-blocks" });
+      this.tip = el("div", { class: "qtip", role: "tooltip", hidden: true });
+      this.root = el("div", { class: "assign-grid", "data-assignment-group": name },
+        el("div", { class: "grid-head" }, this.summary, key), this.legend, this.blocks, this.tip);
+      this.cells = new Map();     // label -> cell
+      this.brokers = new Map();   // broker -> {section, name, grid}
+      this.entries = new Map();   // client id -> legend entry
+      this.queuesKey = null;
+      this.consumersKey = null;
+      this.hovered = null;        // the legend entry under the pointer (or focused)
+      this.pinned = null;         // the legend entry clicked
+      this.tipLabel = null;       // the queue the tooltip describes
+      this.listen();
+    }
+
+    get focus() { return this.hovered || this.pinned; }
+
+    listen() {
+      const consumerOf = (event) => event.target.closest(".legend-item")?.dataset.consumer;
+      const preview = (cid) => { this.hovered = cid; this.applyFocus(); };
+      this.legend.addEventListener("mouseover", (event) => { const cid = consumerOf(event); if (cid) preview(cid); });
+      this.legend.addEventListener("focusin", (event) => preview(consumerOf(event) || null));
+      this.legend.addEventListener("mouseleave", () => preview(null));
+      this.legend.addEventListener("focusout", () => preview(null));
+      this.legend.addEventListener("click", (event) => {
+        const cid = consumerOf(event);
+        if (!cid) return;
+        this.pinned = this.pinned === cid ? null : cid;
+        this.applyFocus();
+      });
+      this.blocks.addEventListener("mouseover", (event) => {
+        const cell = event.target.closest("[data-queue]");
+        if (cell) this.showTip(cell);
+      });
+      this.blocks.addEventListener("mouseleave", () => this.hideTip());
+    }
+
+    update(g, queues, consumers, holders) {
+      this.g = g;
+      this.holders = holders;
+      this.syncCells(queues);
+      const held = new Map();   // client id -> how many queues it holds (pop: received from)
+      const issues = { contested: 0, unowned: 0 };
+      for (const label of queues) {
+        const facts = queueFacts(g, label, holders.get(label));
+        for (const cid of facts.owners) held.set(cid, (held.get(cid) || 0) + 1);
+        if (facts.state in issues) issues[facts.state] += 1;
+        this.paint(this.cells.get(label), facts, isHot(pqTotals(g, label, holders.get(label))));
+      }
+      this.syncLegend(g, consumers, held);
+      const alive = consumers.filter((c) => isAlive(g, c)).length;
+      setText(this.summary, g.mode === "pop"
+        ? `${queues.length} queues · ${alive} consumers · pop: each queue is shared, a cell shows who received its messages lately`
+        : `${queues.length} queues · ${alive} consumers · ${issues.contested} with 2+ owners · ${issues.unowned} unowned`);
+      setClass(this.summary, "issues", issues.contested + issues.unowned > 0);
+      if (this.tipLabel) this.fillTip();
+    }
+
+    // Cells are made once per queue and kept; only a change of the topic's queues adds,
+    // removes or moves them.
+    syncCells(queues) {
+      const key = queues.join(" ");
+      if (key === this.queuesKey) return;
+      this.queuesKey = key;
+      const wanted = new Set(queues);
+      for (const [label, cell] of this.cells) {
+        if (!wanted.has(label)) {
+          cell.remove();
+          this.cells.delete(label);
+        }
+      }
+      const byBroker = new Map();
+      for (const label of queues) {
+        const broker = splitLabel(label)[0];
+        if (!byBroker.has(broker)) byBroker.set(broker, []);
+        if (!this.cells.has(label)) this.cells.set(label, el("span", { class: "qcell", "data-queue": label }));
+        byBroker.get(broker).push(this.cells.get(label));
+      }
+      for (const [broker, block] of this.brokers) {
+        if (!byBroker.has(broker)) {
+          block.section.remove();
+          this.brokers.delete(broker);
+        }
+      }
+      for (const [broker, cells] of byBroker) {
+        if (!this.brokers.has(broker)) {
+          const name = el("h3", { class: "broker-name" }), grid = el("div", { class: "cells" });
+          this.brokers.set(broker, { section: el("section", { class: "broker-block", "data-broker": broker }, name, grid), name, grid });
+        }
+        const block = this.brokers.get(broker);
+        setText(block.name, `${broker} (${cells.length})`);
+        block.grid.append(...cells);           // moves kept cells into order, adds new ones
+        this.blocks.append(block.section);     // brokers in order too
+      }
+      setClass(this.root, "many", queues.length > 512);   // smaller cells (lab.css)
+    }
+
+    paint(cell, facts, hot) {
+      const owners = facts.owners.join(",");
+      const moved = cell.dataset.owners !== owners;
+      setData(cell, "owners", owners);
+      setData(cell, "owner", facts.owner);
+      setData(cell, "state", facts.state);
+      setStyle(cell, fillOf(facts.owners));
+      setClass(cell, "hot", hot);
+      if (moved) this.highlight(cell);
+    }
+
+    syncLegend(g, consumers, held) {
+      const key = consumers.join(" ");
+      if (key !== this.consumersKey) {
+        this.consumersKey = key;
+        const wanted = new Set(consumers);
+        for (const [cid, entry] of this.entries) {
+          if (!wanted.has(cid)) {
+            entry.remove();
+            this.entries.delete(cid);
+          }
+        }
+        for (const cid of consumers) {
+          if (!this.entries.has(cid)) this.entries.set(cid, el("button", { type: "button", class: "legend-item", "data-consumer": cid, "aria-pressed": "false" }));
+        }
+        this.legend.append(...consumers.map((cid) => this.entries.get(cid)));
+      }
+      for (const cid of consumers) {
+        const c = g.clients[cid] || {};
+        const status = c.status || "running";
+        const count = held.get(cid) || 0;
+        const entry = this.entries.get(cid);
+        setData(entry, "status", status);
+        setClass(entry, "dead", !isAlive(g, cid));
+        const look = `${status}|${count}|${c.slow_ms || 0}|${c.fail_ratio || 0}`;
+        if (entry.shownLook === look) continue;
+        entry.shownLook = look;
+        const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean);
+        entry.title = [`${cid}: ${status}`, `${count} queue(s)`, ...faults, c.client && c.client !== "ours" ? c.client : ""].filter(Boolean).join(" · ");
+        entry.replaceChildren(el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
+          el("span", { class: "count" }, String(count)), ...(status !== "running" ? [el("span", { class: `status ${status}` }, status)] : []));
+      }
+    }
+
+    applyFocus() {
+      const focus = this.focus;
+      setClass(this.root, "focusing", Boolean(focus));
+      for (const [cid, entry] of this.entries) {
+        setClass(entry, "focused", cid === focus);
+        setAttr(entry, "aria-pressed", String(cid === this.pinned));
+      }
+      for (const cell of this.cells.values()) this.highlight(cell);
+    }
+
+    highlight(cell) {
+      const focus = this.focus;
+      setClass(cell, "highlight", Boolean(focus) && cell.dataset.owners.split(",").includes(focus));
+    }
+
+    showTip(cell) {
+      this.tipLabel = cell.dataset.queue;
+      this.fillTip();
+      this.tip.hidden = false;
+      // Below the cell, or above it near the window's bottom; never past the right edge.
+      const box = cell.getBoundingClientRect();
+      const below = box.bottom + 6 + this.tip.offsetHeight < innerHeight;
+      this.tip.style.left = `${Math.max(4, Math.min(box.left, innerWidth - this.tip.offsetWidth - 4))}px`;
+      this.tip.style.top = `${below ? box.bottom + 6 : box.top - 6 - this.tip.offsetHeight}px`;
+    }
+
+    hideTip() {
+      this.tipLabel = null;
+      this.tip.hidden = true;
+    }
+
+    fillTip() {
+      const label = this.tipLabel;
+      if (!this.cells.has(label)) return this.hideTip();
+      const held = this.holders.get(label);
+      const lines = queueDetails(this.g, label, queueFacts(this.g, label, held), pqTotals(this.g, label, held));
+      if (this.tip.dataset.text === lines.join("\n")) return;
+      this.tip.dataset.text = lines.join("\n");
+      this.tip.replaceChildren(...lines.map((line, i) => el(i ? "div" : "b", {}, line)));
+    }
+  }
+
+  // Bars for at most this many queues: a plotly redraw costs ~0.4 ms per bar (100 ms at
+  // 256 queues on 2 cores, a long task twice a second) and 1024 bars have no readable labels.
+  const PQ_CHART_MAX_BARS = 48;
+  // How close a queue's ProcessQueue is to flow control: its highest figure/threshold ratio.
+  const depth = (t) => Math.max(t.cached_count / THRESHOLDS.cached_count, t.cached_bytes / MIB / THRESHOLDS.cached_mib, t.span / THRESHOLDS.span);
+
+  // The deepest `max` of `queues`, in queue order (all of them when they are few).
+  function deepest(queues, totals, max) {
+    if (queues.length <= max) return queues;
+    const chosen = new Set([...queues].sort((a, b) => depth(totals.get(b)) - depth(totals.get(a))).slice(0, max));
+    return queues.filter((label) => chosen.has(label));
+  }
+
+  // ProcessQueue depth per queue against RocketMQ's flow-control thresholds; in a large
+  // group, of the deepest queues only (the grid marks every queue over a threshold).
   function drawPqChart(g) {
     const div = document.getElementById(`pq-${g.name}`);
     if (!div || !window.Plotly) return;
-    const queues = queuesOf(g);
-    const totals = queues.map((l) => pqTotals(g, l));
-    const owner = queues.map((l) => claimants(g, l));
-    const colour = owner.map((o) => (o.length === 1 ? colourOf(o[0]) : o.length ? "#d33" : "#bbb"));
+    const all = queuesOf(g);
+    const holders = ownerIndex(g, all);
+    const totalsOf = new Map(all.map((l) => [l, pqTotals(g, l, holders.get(l))]));
+    const queues = deepest(all, totalsOf, PQ_CHART_MAX_BARS);
+    const caption = div.previousElementSibling;
+    setText(caption, queues.length < all.length ? `ProcessQueues: the ${queues.length} deepest of ${all.length} queues` : "");
+    const totals = queues.map((l) => totalsOf.get(l));
+    const colour = queues.map((l) => holders.get(l)).map((o) => (o.length === 1 ? colourOf(o[0]) : o.length ? "#d33" : "#bbb"));
+    const drawn = JSON.stringify([queues, totals, colour]);
+    if (div.drawn === drawn) return;   // the same bars: no plotly work
+    div.drawn = drawn;
     const panels = [
       ["cached messages", totals.map((t) => t.cached_count), THRESHOLDS.cached_count],
       ["cached MiB", totals.map((t) => t.cached_bytes / MIB), THRESHOLDS.cached_mib],
@@ -596,6 +1013,10 @@
       brokerSelect.value = brokerNames.includes(keep) ? keep : "";
     }
     const host = document.getElementById("brokers");
+    // Rebuilt only when a broker comes, goes or flips: a button replaced under the pointer loses its click.
+    const look = brokerNames.map((b) => `${b}:${lab.brokers[b].online !== false}`).join(",");
+    if (host.dataset.look === look) return updateProducerRate();
+    host.dataset.look = look;
     host.replaceChildren(el("span", { class: "label" }, "Brokers"), ...brokerNames.map((b) => {
       const online = lab.brokers[b].online !== false;
       return el("span", { class: `broker ${online ? "online" : "offline"}`, "data-broker": b, "data-online": online ? "1" : "0" },
@@ -604,9 +1025,13 @@
           onclick: (event) => callApi(`/api/brokers/${encodeURIComponent(b)}/${online ? "offline" : "online"}`, {}, event.currentTarget) },
         online ? "take offline" : "bring online"));
     }));
+    updateProducerRate();
+  }
+
+  function updateProducerRate() {
     const topic = document.querySelector("#producer-form .topic-select").value;
     const producer = lab.producers[topic];
-    document.getElementById("producer-rate").textContent = producer && producer.rate !== undefined ? `now ${fmt(producer.rate)} msg/s` : "";
+    setText(document.getElementById("producer-rate"), producer && producer.rate !== undefined ? `now ${fmt(producer.rate)} msg/s` : "");
   }
 
   // ------------------------------------------------------------------ API calls
