@@ -142,6 +142,11 @@ LAB_OBSERVE_INTERVAL = float(os.environ.get("LAB_OBSERVE_INTERVAL", "1"))
 LAB_MAX_CONSUMERS = int(os.environ.get("LAB_MAX_CONSUMERS", "128"))
 LAB_MAX_GROUP_CONSUMERS = int(os.environ.get("LAB_MAX_GROUP_CONSUMERS", "64"))
 LAB_MAX_TOPIC_QUEUES = int(os.environ.get("LAB_MAX_TOPIC_QUEUES", "1024"))
+# Retention (README "Disk retention"): raw recordings are deleted by the hour once older
+# than this many hours (the lab controller), lag history once this many days older than
+# its newest window (the lag job, at the end of each run).
+LAB_RECORDINGS_HOURS = float(os.environ.get("LAB_RECORDINGS_HOURS", "24"))
+LAB_HISTORY_DAYS = float(os.environ.get("LAB_HISTORY_DAYS", "7"))
 LOGIN_FAILURES_PER_MINUTE = int(os.environ.get("LOGIN_FAILURES_PER_MINUTE", "10"))
 
 LOGGING = {

@@ -237,9 +237,9 @@ from django.core.management import call_command  # noqa: E402
 from django.core.management.base import CommandError  # noqa: E402
 
 from dashboard.lag.history import LagHistory  # noqa: E402
-from dashboard.lag.job import JobParams, LagJob  # noqa: E402
+from dashboard.lag.job import JobParams, LagJob, list_recordings  # noqa: E402
 from consumers_app.events import event_from_dict  # noqa: E402
-from consumers_app.lab.recorder import Recorder  # noqa: E402
+from consumers_app.lab.recorder import SNAPSHOTS, Recorder  # noqa: E402
 from dashboard.lag.reports import CSV_COLUMNS  # noqa: E402
 
 from .support import manage_py, wait_until  # noqa: E402
@@ -368,6 +368,27 @@ def test_targeted_rerun_of_one_group_and_range_changes_nothing_else(lab):
     pd.testing.assert_frame_equal(before.sort_values(order).reset_index(drop=True)[sorted(before.columns)],
                                   after.sort_values(order).reset_index(drop=True)[sorted(before.columns)])
     assert lab["job"].load_state()["runs"] == 2  # targeted runs leave the incremental state alone
+
+
+def test_a_state_naming_a_deleted_recording_runs_and_forgets_it(lab):
+    job = lab["job"]
+    state = job.load_state()
+    processed = state["processed"]
+    job.save_state({**state, "processed": {**processed, SNAPSHOTS: processed[SNAPSHOTS] | {
+        "snapshots/date=2025-12-31/hour=08/part-30-gone.parquet"}}})   # deleted by the retention
+    assert job.run().state == "nothing-new"
+    assert job.load_state()["processed"] == processed
+
+
+def test_recordings_deleted_before_or_while_spark_reads_them_are_skipped(spark, tmp_path):
+    job = LagJob(tmp_path / "recordings", tmp_path / "lag", spark=spark)
+    with Recorder(job.recordings) as recorder:
+        record(recorder, 0, 180)   # minutes 10:58, 10:59, 11:00
+    rels = sorted(list_recordings(job.recordings, SNAPSHOTS))
+    (job.recordings / rels[0]).unlink()   # gone before the read
+    snapshots = job._read(spark, SNAPSHOTS, rels, T0, T0 + 180_000, None)
+    (job.recordings / rels[1]).unlink()   # gone before the scan
+    assert snapshots.count() == 60 * len(QUEUES)
 
 
 def _report(client, fmt, **params):

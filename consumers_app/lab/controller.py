@@ -58,6 +58,7 @@ MAX_BURST = 100_000
 FIGURE_TYPES = frozenset({"pq", "flow_control", "consume", "offset", "pop"})
 SETTLE_TIMEOUT = 5.0      # how long an action waits for its effect before answering anyway
 GONE_GRACE_S = 60.0       # how long a stopped/killed/crashed consumer stays on the page
+PRUNE_INTERVAL_S = 60.0   # recordings go by whole hours: checking once a minute is prompt enough
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class LabController:
                  adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
                  gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0,
-                 limits: Limits = Limits()):
+                 limits: Limits = Limits(), recordings_hours: float = 24):
         self.broker_address = broker_address
         self.limits = limits
         self.pool_size = pool_size
@@ -84,6 +85,8 @@ class LabController:
         self.flush_interval = flush_interval
         self.poll_interval = poll_interval
         self.recorder_root = recorder_root
+        # Recordings are deleted by the hour once they are this old, so disk stays bounded.
+        self.recordings_hours = recordings_hours
         self.state = LabState()
         self.supervisor = Supervisor(self._worker_events, self._worker_lost, adapters=adapters)
         self.admin: lab_grpc.LabAdminStub | None = None
@@ -372,9 +375,19 @@ class LabController:
                 for label, q in queues.items()}
 
     async def _record_loop(self) -> None:
+        next_prune = time.monotonic()
         while True:
             await asyncio.sleep(1.0)
             await self._record()
+            if time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + PRUNE_INTERVAL_S
+                await self._prune_recordings()
+
+    async def _prune_recordings(self) -> None:
+        try:
+            await asyncio.to_thread(self._recorder.prune, int(self.recordings_hours * 3_600_000), now_ms())
+        except Exception:  # noqa: BLE001 - history is optional; the live view is not
+            log.exception("pruning recordings older than %s h failed", self.recordings_hours)
 
     async def _record(self) -> None:
         # Parquet writes happen in the recorder when a minute rolls over: off the loop.

@@ -13,6 +13,11 @@ clean stop). A file is written under a dot-name and renamed into place, so a rea
 (Spark ignores dot-files) never sees half a file. The lag job relies on the
 file-name minute to know which windows new files touch.
 
+Retention: ``Recorder.prune(older_than_ms, now_ms)`` deletes whole hour partitions (both
+kinds) that ended more than ``older_than_ms`` ago, oldest first, never the current hour;
+the lab controller calls it once a minute with ``LAB_RECORDINGS_HOURS``. ``prune_hours``
+does the same for any ``date=/hour=`` tree (the lag job prunes its history with it).
+
 The lab controller owns a Recorder and feeds it from its own once-a-tick offset poll::
 
     recorder = Recorder(settings.DATA_DIR / "recordings")
@@ -45,6 +50,7 @@ import inspect
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -60,6 +66,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOTS = "snapshots"
 EVENTS = "events"
+HOUR_MS = 3_600_000
 
 SNAPSHOT_SCHEMA = pa.schema([
     ("ts", pa.int64()),                          # ms since epoch (UTC)
@@ -96,6 +103,41 @@ def minute_of(ts_ms: int) -> int:
 def partition_dir(root: Path, kind: str, minute_ts_ms: int) -> Path:
     t = datetime.fromtimestamp(minute_ts_ms / 1000, tz=timezone.utc)
     return Path(root) / kind / f"date={t:%Y-%m-%d}" / f"hour={t:%H}"
+
+
+def hour_partitions(base: Path) -> list[tuple[int, Path]]:
+    """(start ms, dir) of every ``date=YYYY-MM-DD/hour=HH`` dir under ``base``, oldest first."""
+    found = []
+    for directory in Path(base).glob("date=*/hour=*"):
+        try:
+            start = datetime.strptime(f"{directory.parent.name} {directory.name}", "date=%Y-%m-%d hour=%H")
+        except ValueError:
+            continue   # not a partition
+        found.append((int(start.replace(tzinfo=timezone.utc).timestamp() * 1000), directory))
+    return sorted(found)
+
+
+def prune_hours(base: Path, older_than_ms: int, now_ms: int) -> list[Path]:
+    """Delete the hour partitions under ``base`` whose hour ended more than ``older_than_ms``
+    before ``now_ms``, oldest first, and the ``date=`` dirs they leave empty; returns them.
+
+    Each partition is first renamed to a dot-name (one atomic step; the lag job, Spark and
+    pyarrow skip dot-names), so a reader listing the tree sees it whole or not at all."""
+    if older_than_ms < 0:
+        raise ValueError("older_than_ms must be >= 0: the current hour is never deleted")
+    deleted = []
+    for start, directory in hour_partitions(base):
+        if start + HOUR_MS + older_than_ms >= now_ms:
+            break   # oldest first: every later hour is newer
+        trash = directory.with_name(f".pruned-{directory.name}-{uuid.uuid4().hex}")
+        os.replace(directory, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        deleted.append(directory)
+        try:
+            directory.parent.rmdir()   # the day, once its last hour is gone
+        except OSError:
+            pass   # it still has hours
+    return deleted
 
 
 def write_part(root: Path, kind: str, minute_ts_ms: int, table: pa.Table) -> Path:
@@ -173,6 +215,12 @@ class Recorder:
             for kind, buffers in self._buffers.items():
                 for minute in sorted(buffers):
                     self._write(kind, minute, buffers.pop(minute))
+
+    def prune(self, older_than_ms: int, now_ms: int) -> list[Path]:
+        """Delete the hour partitions of both kinds that ended more than ``older_than_ms``
+        before ``now_ms`` (see prune_hours); returns the deleted dirs."""
+        with self._lock:   # a late minute's part file never lands in an hour being deleted
+            return [d for kind in SCHEMAS for d in prune_hours(self.root / kind, older_than_ms, now_ms)]
 
     def close(self) -> None:
         self.flush()

@@ -44,7 +44,7 @@ class LabRuntime:
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
             recorder_root=settings.DATA_DIR / "recordings", memory=memory,
-            observe_interval=settings.LAB_OBSERVE_INTERVAL,
+            observe_interval=settings.LAB_OBSERVE_INTERVAL, recordings_hours=settings.LAB_RECORDINGS_HOURS,
             limits=Limits(consumers=settings.LAB_MAX_CONSUMERS, group_consumers=settings.LAB_MAX_GROUP_CONSUMERS,
                           topic_queues=settings.LAB_MAX_TOPIC_QUEUES))
         self.memory = memory

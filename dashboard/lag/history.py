@@ -49,7 +49,9 @@ class LagHistory:
         path = self.lag_dir / table
         if not path.is_dir():
             return None
-        return ds.dataset(path, format="parquet", partitioning=_PARTITIONS[TABLE_HAS_RES[table]])
+        dataset = ds.dataset(path, format="parquet", partitioning=_PARTITIONS[TABLE_HAS_RES[table]])
+        # No files (every partition retired by the retention): no columns to filter on either.
+        return dataset if dataset.files else None
 
     def exists(self) -> bool:
         return self._dataset("group_windows") is not None

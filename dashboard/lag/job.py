@@ -35,6 +35,13 @@ those windows only, and rewrites the affected hour partitions (kept rows + new r
 staged then swapped in). ``since``/``until``/``group`` make a *targeted* run instead:
 recompute that range for that group from every file, state unchanged.
 
+Retention: the lab deletes recordings by the hour (``LAB_RECORDINGS_HOURS``), even while
+this job runs: names of deleted files leave the state at the next run, and a listed file
+that goes before Spark reads it is skipped. At the end of every run (after the swap, under
+the lock) hour partitions of every table that ended ``LAB_HISTORY_DAYS`` before the newest
+window computed (the state's ``last_ts``) are deleted: measured from the data, not the
+clock, so the history of a lab left idle stays until newer data replaces it.
+
 Cost: the samples are scanned and shuffled by queue once (no partial aggregation: the
 lag arrays are cheaper to build in one final aggregation), then aggregated per queue and
 10 s (max_by per column, the lags as an array) and, off the same reused shuffle, per
@@ -60,10 +67,11 @@ from pathlib import Path
 from typing import Callable
 
 from . import status as status_rules
-from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS
+from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS, prune_hours
 
 MINUTE = 60_000
 HOUR = 3_600_000
+DAY = 24 * HOUR
 RESOLUTIONS = {"10s": 10_000, "1m": 60_000}
 QUEUE_KEYS = ["group", "topic", "broker", "queue_id"]
 # table -> has a res partition level
@@ -122,10 +130,12 @@ class JobParams:
     group: str | None = None
     status_window_ms: int = status_rules.DEFAULT_WINDOW_MS
     stop_after_ms: int = status_rules.DEFAULT_STOP_AFTER_MS
+    history_days: float = 7.0
 
     @classmethod
     def from_settings(cls, **kwargs) -> "JobParams":
-        """Status thresholds from settings LAG_STATUS_WINDOW_S / LAG_STOP_AFTER_S (whole 10 s)."""
+        """Status thresholds from settings LAG_STATUS_WINDOW_S / LAG_STOP_AFTER_S (whole 10 s),
+        the history's retention from LAB_HISTORY_DAYS."""
         from django.conf import settings
 
         window = int(getattr(settings, "LAG_STATUS_WINDOW_S", cls.status_window_ms // 1000))
@@ -133,7 +143,10 @@ class JobParams:
         if window < 20 or window % 10 or stop < window or stop % 10:
             raise ValueError("LAG_STATUS_WINDOW_S must be a multiple of 10 >= 20 and LAG_STOP_AFTER_S "
                              "a multiple of 10 >= it")
-        return cls(status_window_ms=window * 1000, stop_after_ms=stop * 1000, **kwargs)
+        history_days = float(getattr(settings, "LAB_HISTORY_DAYS", cls.history_days))
+        if history_days <= 0:
+            raise ValueError("LAB_HISTORY_DAYS must be > 0")
+        return cls(status_window_ms=window * 1000, stop_after_ms=stop * 1000, history_days=history_days, **kwargs)
 
     @property
     def targeted(self) -> bool:
@@ -148,6 +161,7 @@ class JobResult:
     files_read: int = 0
     rows_read: int = 0
     windows: dict = field(default_factory=dict)   # table -> rows (re)computed
+    pruned_partitions: int = 0          # history hour partitions deleted by the retention
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -189,6 +203,9 @@ class LagJob:
             except BlockingIOError:
                 raise JobBusy(f"another lag job is running on {self.out}") from None
             result = self._run_locked(params)
+            newest = self.load_state().get("last_ts")
+            if newest:
+                result.pruned_partitions = len(self.prune_history(int(params.history_days * DAY), newest))
         result.seconds = round(time.monotonic() - started, 3)
         return result
 
@@ -196,9 +213,11 @@ class LagJob:
         self._step = 0
         self.progress(0, len(self.STEPS), "plan")
         files = {kind: list_recordings(self.recordings, kind) for kind in (SNAPSHOTS, EVENTS)}
+        state = self.load_state()
+        if self._forget_deleted(state, files):
+            self.save_state(state)
         if not files[SNAPSHOTS] and not files[EVENTS]:
             return JobResult("no-recordings")
-        state = self.load_state()
         every_minute = [m for kind in files for m in files[kind].values()]
         if p.targeted:
             new = {kind: {} for kind in files}
@@ -268,6 +287,21 @@ class LagJob:
         self._advance("commit")
         return result
 
+    @staticmethod
+    def _forget_deleted(state: dict, files: dict) -> bool:
+        """Drop processed names whose recordings are gone (retention); True if there were any."""
+        kept = {kind: names & files[kind].keys() for kind, names in state["processed"].items()}
+        forgot = kept != state["processed"]
+        state["processed"] = kept
+        return forgot
+
+    def prune_history(self, older_than_ms: int, newest_ms: int) -> list[Path]:
+        """Delete every table's hour partitions that ended more than ``older_than_ms`` before
+        ``newest_ms``; returns the deleted dirs."""
+        return [d for table, has_res in TABLE_HAS_RES.items()
+                for root in self._partition_roots(self.out / table, has_res)
+                for d in prune_hours(root, older_than_ms, newest_ms)]
+
     # -- io ---------------------------------------------------------------------------
 
     @property
@@ -304,14 +338,23 @@ class LagJob:
     def _count_rows(self, rels: list[str]) -> int:
         import pyarrow.parquet as pq
 
-        return sum(pq.read_metadata(self.recordings / rel).num_rows for rel in rels)
+        rows = 0
+        for rel in rels:
+            try:
+                rows += pq.read_metadata(self.recordings / rel).num_rows
+            except FileNotFoundError:
+                pass   # deleted since listed (retention); _read skips it too
+        return rows
 
     def _read(self, spark, kind: str, rels: list[str], lo: int, hi: int, group: str | None):
         from pyspark.sql import functions as F
 
         schema = _spark_schema(SNAPSHOT_SCHEMA if kind == SNAPSHOTS else EVENT_SCHEMA)
-        if rels:
-            df = spark.read.schema(schema).parquet(*[str(self.recordings / rel) for rel in rels])
+        # Retention may delete a listed file at any time: one gone already is left out (Spark
+        # fails on a missing path), one that goes before its scan is skipped by Spark.
+        paths = [str(path) for path in (self.recordings / rel for rel in rels) if path.exists()]
+        if paths:
+            df = spark.read.schema(schema).option("ignoreMissingFiles", "true").parquet(*paths)
         else:
             df = spark.createDataFrame([], schema)
         df = df.filter((F.col("ts") >= lo) & (F.col("ts") < hi))
@@ -361,9 +404,13 @@ class LagJob:
         return count
 
     @staticmethod
-    def _partition_dirs(base: Path, has_res: bool, hours) -> list[Path]:
-        roots = [base / f"res={r}" for r in RESOLUTIONS] if has_res else [base]
-        return [root / f"date={d}" / f"hour={h}" for root in roots for d, h in hours]
+    def _partition_roots(base: Path, has_res: bool) -> list[Path]:
+        """Where a table's ``date=/hour=`` partitions are: under each ``res=``, or the table."""
+        return [base / f"res={r}" for r in RESOLUTIONS] if has_res else [base]
+
+    @classmethod
+    def _partition_dirs(cls, base: Path, has_res: bool, hours) -> list[Path]:
+        return [root / f"date={d}" / f"hour={h}" for root in cls._partition_roots(base, has_res) for d, h in hours]
 
 
 # -- the computations (pure DataFrame functions: easy to test, no Python UDFs) ----------
