@@ -125,6 +125,8 @@ def prune_hours(base: Path, older_than_ms: int, now_ms: int) -> list[Path]:
     pyarrow skip dot-names), so a reader listing the tree sees it whole or not at all."""
     if older_than_ms < 0:
         raise ValueError("older_than_ms must be >= 0: the current hour is never deleted")
+    for trash in Path(base).glob("date=*/.pruned-*"):   # left by a stop in the middle of a prune
+        shutil.rmtree(trash, ignore_errors=True)
     deleted = []
     for start, directory in hour_partitions(base):
         if start + HOUR_MS + older_than_ms >= now_ms:
