@@ -122,3 +122,37 @@ async def test_our_lite_pull_consumer_over_remoting_polls_every_message(broker):
         await async_wait_until(all_polled, timeout=30, message="the 120 polled over remoting")
     finally:
         await consumer.shutdown()
+
+
+async def test_our_producer_over_remoting_sends_batches_and_single_messages_intact(broker):
+    from consumers_app.client import Producer, ProducerConfig
+    producer = Producer(ProducerConfig(namesrv=broker.namesrv, topic=TOPIC, batch_size=16, tag="TagR",
+                                       keys=("k1", "k2")))
+    await producer.start()
+    try:
+        assert len(producer.queues) == 8   # the route came from the name server
+        batch = await producer.send_batch(16, body=b"batched")   # SEND_BATCH_MESSAGE
+        single = await producer.send_batch(1, body=b"single")    # SEND_MESSAGE_V2
+        offsets = [e.offset for e in batch]
+        assert offsets == list(range(offsets[0], offsets[0] + 16))   # one queue, consecutive
+        await producer.send(40, body=b"more")
+    finally:
+        await producer.shutdown()
+    sent = {e.message_id for e in batch + single}
+    got: dict = {}
+
+    def listen(msgs):
+        for m in msgs:
+            got[m.message_id] = (m.body, m.tag, tuple(sorted(m.keys)))
+        return ConsumeResult.SUCCESS
+    consumer = PushConsumer("GID_REMOTE_PRODUCED", TOPIC, listen, PushConsumerConfig(
+        namesrv=broker.namesrv, heartbeat_interval_ms=500,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET))
+    await consumer.start()
+    try:
+        await async_wait_until(lambda: set(got) >= sent, timeout=30, message="what our producer sent over remoting")
+    finally:
+        await consumer.shutdown()
+    assert {got[m] for m in (e.message_id for e in batch)} == {(b"batched", "TagR", ("k1", "k2"))}
+    assert got[single[0].message_id] == (b"single", "TagR", ("k1", "k2"))
+    assert sum(1 for body, _, _ in got.values() if body == b"more") == 40

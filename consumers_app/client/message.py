@@ -12,6 +12,10 @@ from ..message_queue import MessageQueue
 #: original topic (MessageConst.PROPERTY_RETRY_TOPIC).
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 
+#: User property our producer aims a message at a queue with ("BROKER:QUEUE_ID"): the
+#: lab's broker routes a v2 SendMessage by it; over remoting it becomes the queue id.
+TARGET_QUEUE_PROPERTY = "__QUEUE"
+
 
 class MessageExt:
     """A pulled message (RocketMQ's MessageExt). ``queue`` is the queue it came from."""

@@ -28,10 +28,11 @@ from ..message_queue import MessageQueue
 from ..protocol import v2, v2_service
 from .config import ProducerConfig
 from .connection import Connection, check, new_client_id, resource
+from .message import TARGET_QUEUE_PROPERTY
+from .remoting_connection import RemotingConnection
 
 log = logging.getLogger(__name__)
 
-TARGET_QUEUE_PROPERTY = "__QUEUE"
 _HOST = socket.gethostname()
 
 
@@ -62,7 +63,12 @@ class Producer:
         self._rate_changed = asyncio.Event()
 
     async def start(self) -> None:
-        self.connection = Connection(self.config.endpoints, self.client_id)
+        cfg = self.config
+        if cfg.namesrv:   # a RocketMQ client: routes from the name server, sends over remoting
+            self.connection = RemotingConnection(cfg.namesrv, self.client_id, owner=self,
+                                                 timeout_s=cfg.rpc_timeout_ms / 1000)
+        else:
+            self.connection = Connection(cfg.endpoints, self.client_id)
         resp = await self.connection.v2.Heartbeat(
             v2_service.HeartbeatRequest(client_type=v2.ClientType.PRODUCER),
             metadata=self.connection.metadata, timeout=self.config.rpc_timeout_ms / 1000)

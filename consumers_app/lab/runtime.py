@@ -67,9 +67,10 @@ class LabRuntime:
             self.broker.on_change = self.controller.broker_process_changed
             self.controller.namesrv = self.broker.namesrv
             if self.broker.namesrv:
-                # Our push and lite-pull consumers are RocketMQ clients: they join through the
-                # name server over remoting, as Java's do (--client-option=push.namesrv= opts out).
-                for kind in ("push", "lite_pull"):
+                # Our push and lite-pull consumers and the producer are RocketMQ clients: they
+                # find the brokers through the name server and speak remoting, as Java's do
+                # (--client-option=push.namesrv= opts a kind out). Pop stays on gRPC (the proxy's).
+                for kind in ("push", "lite_pull", "producer"):
                     self.controller.client_options.setdefault(kind, {}).setdefault("namesrv", self.broker.namesrv)
             self.controller.broker_process_changed(self.broker.status())
             self.say("broker ready")

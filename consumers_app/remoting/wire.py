@@ -39,6 +39,10 @@ MESSAGE_MAGIC_CODE = -626843481   # MessageDecoder.MESSAGE_MAGIC_CODE (v1: IPv4 
 PERM_READ_WRITE = 6
 MASTER_ID = 0
 NAME_VALUE, PROPERTY_SEP = "\x01", "\x02"
+# MessageConst property names the remoting protocol carries a message's identity in.
+P_TAGS, P_KEYS, P_UNIQ_KEY, P_DELAY = "TAGS", "KEYS", "UNIQ_KEY", "DELAY"
+P_WAIT, P_MAX_RECONSUME = "WAIT", "MAX_RECONSUME_TIMES"
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"   # MixAll's group of a producer that names none
 
 
 # ---------------------------------------------------------------- properties
@@ -116,6 +120,39 @@ def decode_messages(raw: bytes) -> list[dict]:
                     "store_host": f"{socket.inet_ntoa(store_ip)}:{store_port}", "reconsume_times": reconsume,
                     "body": body, "properties": props})
         pos = at   # field by field, as MessageDecoder reads: the size field is not trusted
+    return out
+
+
+_BATCH_HEAD = struct.Struct(">iiiii")   # total size, magic, body CRC, flag, body length
+
+
+def encode_batch(messages) -> bytes:
+    """A SEND_BATCH_MESSAGE body from (body, properties dict, flag) per message, as
+    MessageDecoder.encodeMessages writes it (magic and CRC left 0: the broker computes its own)."""
+    parts = []
+    for body, properties, flag in messages:
+        props_raw = properties_to_string(properties).encode()
+        size = _BATCH_HEAD.size + len(body) + 2 + len(props_raw)
+        parts += (_BATCH_HEAD.pack(size, 0, 0, flag, len(body)), body, struct.pack(">h", len(props_raw)), props_raw)
+    return b"".join(parts)
+
+
+def decode_batch(raw: bytes) -> list[tuple[bytes, dict, int]]:
+    """The inverse of encode_batch: (body, properties, flag) per message; ValueError if malformed."""
+    out, pos, view = [], 0, memoryview(raw)
+    try:
+        while pos < len(raw):
+            size, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+            at = pos + _BATCH_HEAD.size
+            body = bytes(view[at:at + body_len])
+            (props_len,) = struct.unpack_from(">h", view, at + body_len)
+            props = bytes(view[at + body_len + 2:at + body_len + 2 + props_len]).decode()
+            if size <= 0 or len(body) != body_len:
+                raise ValueError(f"message at byte {pos} runs past the body")
+            out.append((body, string_to_properties(props), flag))
+            pos += size
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ValueError(str(exc)) from None
     return out
 
 

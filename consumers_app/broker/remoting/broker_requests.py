@@ -6,7 +6,6 @@ committed here is the one a gRPC consumer reads, and the group's member list is 
 """
 from __future__ import annotations
 
-import struct
 import time
 import zlib
 from typing import TYPE_CHECKING
@@ -23,8 +22,8 @@ if TYPE_CHECKING:
     from .service import RemotingService
 
 # Properties the client sets that the broker keeps as the message's own fields.
-P_TAGS, P_KEYS, P_UNIQ_KEY, P_DELAY = "TAGS", "KEYS", "UNIQ_KEY", "DELAY"
-P_WAIT, P_MAX_RECONSUME = "WAIT", "MAX_RECONSUME_TIMES"
+P_TAGS, P_KEYS, P_UNIQ_KEY, P_DELAY = wire.P_TAGS, wire.P_KEYS, wire.P_UNIQ_KEY, wire.P_DELAY
+P_WAIT, P_MAX_RECONSUME = wire.P_WAIT, wire.P_MAX_RECONSUME
 
 
 class BrokerRequests:
@@ -91,8 +90,10 @@ class BrokerRequests:
         qid = int(h.get("e") or 0)
         key = (topic, self.broker, qid)
         self.core.require_queue(*key)
-        items = [(key, self._stored_message({**h, "i": props, "f": flag}, body, conn))
-                 for body, props, flag in _batch_bodies(cmd.body)]
+        # Each message brings its own properties; a batch is never compressed (sysFlag 0),
+        # as Java's producer does not compress batches.
+        items = [(key, self._stored_message({**h, "i": props, "f": 0}, body, conn))
+                 for body, props in _batch_bodies(cmd.body)]
         if not items:
             raise BrokerError(v2.Code.BAD_REQUEST, "empty batch")
         results = self.core.put(items)
@@ -381,19 +382,12 @@ def _send_header(cmd: Command) -> dict:
 
 
 def _batch_bodies(raw: bytes):
-    """MessageDecoder.encodeMessages: per message total size, magic, body CRC, flag,
-    body (length + bytes), properties (short length + string)."""
-    pos, n = 0, len(raw)
+    """(body, properties string) per message of a SEND_BATCH_MESSAGE body."""
     try:
-        while pos < n:
-            size, _magic, _crc, flag, body_len = struct.unpack_from(">iiiii", raw, pos)
-            body = raw[pos + 20:pos + 20 + body_len]
-            (props_len,) = struct.unpack_from(">h", raw, pos + 20 + body_len)
-            props = raw[pos + 22 + body_len:pos + 22 + body_len + props_len].decode()
-            yield body, props, 0
-            pos += size
-    except (struct.error, UnicodeDecodeError) as exc:
+        messages = wire.decode_batch(raw)
+    except ValueError as exc:
         raise BrokerError(v2.Code.BAD_REQUEST, f"malformed batch body: {exc}") from None
+    return [(body, wire.properties_to_string(props)) for body, props, _flag in messages]
 
 
 def _code_for(exc: BrokerError) -> int:
