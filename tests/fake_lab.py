@@ -34,6 +34,10 @@ class FakeLab:
         self.state.brokers = {b: True for b in self.queues}
         self.state.producers[TOPIC] = {"rate": 100, "producer_id": "producer-1"}
         self.state.broker_process.update(managed=True)
+        mib = 1 << 20
+        self.state.disk = {"commitlog": 312 * mib, "consumequeue": 4 * mib, "recordings": 20 * mib,
+                           "lag_history": 3 * mib, "database": mib, "total": 340 * mib,
+                           "budget": {"commitlog": 1024 * mib}, "ts": now_ms()}
         self.state.set_topic_queues(TOPIC, self.labels())
         self.cached: dict[tuple[str, str], int] = {}
         self.next_id = 1

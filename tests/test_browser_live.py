@@ -108,6 +108,9 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     consumers = sorted(set(start.values()))
     assert start == expected("AVG", start, consumers)
     expect(page.locator(GROUP)).to_have_attribute("data-strategy", "AVG")
+    # runlab's own broker: its parts and budget are on the disk line, with the lab's files.
+    expect(page.locator("#disk-use")).to_have_text(re.compile(
+        r"^disk: commit log \d+ MiB of 1024 · consume queues .+ · recordings .+ · history .+ · db .+$"))
     screenshot(page, "01-default-avg")
 
     # Switch the strategy live.

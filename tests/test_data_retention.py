@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from consumers_app.lab.controller import LabController
+from consumers_app.lab.disk import DiskPlaces, measure
 from consumers_app.lab.recorder import EVENTS, SNAPSHOTS, Recorder, hour_partitions, prune_hours, write_part
 from dashboard.lag.history import LagHistory
 from dashboard.lag.job import DAY, HOUR, STATE_FILE, JobParams, LagJob
@@ -145,3 +146,27 @@ def test_history_of_a_table_emptied_by_retention_reads_as_none(tmp_path):
     (tmp_path / "rebalances" / "date=2026-01-01").mkdir(parents=True)
     history = LagHistory(tmp_path, tmp_path / "recordings")
     assert history.windows("rebalances", "G1", end_col="end").empty
+
+
+def test_disk_use_counts_allocated_blocks_per_part_and_leaves_out_what_has_no_place(tmp_path):
+    broker = tmp_path / "broker"
+    (broker / "commitlog").mkdir(parents=True)
+    segment = broker / "commitlog" / "00000000000000000000"
+    with open(segment, "wb") as f:   # a sparse 64 MiB segment with 1 MiB written
+        f.truncate(64 << 20)
+        f.write(b"x" * (1 << 20))
+    (tmp_path / "recordings" / "snapshots").mkdir(parents=True)
+    (tmp_path / "recordings" / "snapshots" / "part.parquet").write_bytes(b"y" * 8192)
+    (tmp_path / "db.sqlite3").write_bytes(b"z" * 4096)
+    (tmp_path / "db.sqlite3-wal").write_bytes(b"z" * 4096)
+
+    disk = measure(DiskPlaces(broker_data_dir=broker, commitlog_budget=64 << 20, recordings=tmp_path / "recordings",
+                              lag_history=tmp_path / "lag", database=tmp_path / "db.sqlite3"), NOW)
+    assert 1 << 20 <= disk["commitlog"] < 2 << 20   # what the disk holds, not the file's size
+    assert disk["consumequeue"] == 0 and disk["lag_history"] == 0   # not there yet
+    assert disk["recordings"] >= 8192 and disk["database"] >= 8192
+    assert disk["total"] == sum(disk[p] for p in ("commitlog", "consumequeue", "recordings", "lag_history", "database"))
+    assert disk["budget"] == {"commitlog": 64 << 20} and disk["ts"] == NOW
+
+    # Someone else's broker: no data dir, so no commit log, consume queues or budget.
+    assert set(measure(DiskPlaces(recordings=tmp_path / "recordings"), NOW)) == {"recordings", "total", "ts"}

@@ -16,6 +16,7 @@ from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.events import EVENT_TYPES, event_from_dict, now_ms
 from consumers_app.lab import bus
 from consumers_app.lab.controller import LabController, Limits
+from consumers_app.lab.disk import DiskPlaces
 from consumers_app.lab.scenario import DEFAULT
 from consumers_app.message_queue import MessageQueue, broker_of
 
@@ -70,7 +71,8 @@ async def browser():
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lab(broker, browser):
     controller = LabController(broker.address, client_options=CLIENT_OPTIONS, pool_size=2,
-                               flush_interval=0.05, poll_interval=0.5)
+                               flush_interval=0.05, poll_interval=0.5,
+                               disk=DiskPlaces(broker_data_dir=broker.data_dir, commitlog_budget=64 << 20))
     try:
         await controller.start(DEFAULT)
         yield controller
@@ -338,6 +340,25 @@ async def test_producer_rate_and_burst(lab):
         lambda: sum(q["max_offset"] for q in group_view(lab.state.snapshot())["queues"].values()) >= before + 500,
         timeout=15, message="the burst stored")
     await bus.request("producer_rate", topic="TopicTest", rate=200)
+
+
+async def test_the_snapshot_reports_disk_use_per_part(lab):
+    await lab.measure_disk()
+    disk = (await bus.request("state"))["disk"]
+    # The broker's parts and their budget only: this lab was given no recordings or database.
+    assert set(disk) == {"commitlog", "consumequeue", "total", "budget", "ts"}
+    assert disk["commitlog"] >= 0 and disk["consumequeue"] >= 0
+    assert disk["total"] == disk["commitlog"] + disk["consumequeue"]
+    assert disk["budget"] == {"commitlog": 64 << 20}
+
+    def stored():
+        return sum(q["max_offset"] for q in group_view(lab.state.snapshot())["queues"].values())
+    before = stored()
+    await bus.request("producer_burst", topic="TopicTest", count=2000)
+    await async_wait_until(lambda: stored() >= before + 2000, timeout=15, message="the burst stored")
+    # Segments are allocated 32 MiB ahead of the writes: the figure covers every 1 KiB message.
+    await lab.measure_disk()
+    assert lab.state.snapshot()["disk"]["commitlog"] >= stored() * 1024
 
 
 async def test_set_mode_replaces_the_consumers(lab):

@@ -42,6 +42,7 @@ from consumers_app.protocol import lab, lab_grpc
 
 from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
+from .disk import DiskPlaces, measure
 from .peers import OURS, PEER_CLIENTS, PeerConsumer, available_clients
 from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
@@ -59,6 +60,7 @@ FIGURE_TYPES = frozenset({"pq", "flow_control", "consume", "offset", "pop"})
 SETTLE_TIMEOUT = 5.0      # how long an action waits for its effect before answering anyway
 GONE_GRACE_S = 60.0       # how long a stopped/killed/crashed consumer stays on the page
 PRUNE_INTERVAL_S = 60.0   # recordings go by whole hours: checking once a minute is prompt enough
+DISK_INTERVAL_S = 10.0    # walking the data dirs costs I/O; retention itself acts every 10 s
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class LabController:
                  adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
                  gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0,
-                 limits: Limits = Limits(), recordings_hours: float = 24):
+                 limits: Limits = Limits(), recordings_hours: float = 24, disk: DiskPlaces | None = None):
         self.broker_address = broker_address
         self.limits = limits
         self.pool_size = pool_size
@@ -111,6 +113,8 @@ class LabController:
         # Gone consumers and empty groups leave the snapshot after this (their story stays
         # in the membership log), so a lab running for days keeps its frames small.
         self.gone_grace_s = gone_grace_s
+        # Where the lab's parts live on disk, measured for the snapshot's "disk" (None: not measured).
+        self.disk_places = disk
         # Other people's clients (peers.py) need the broker's name server; runlab sets it.
         self.namesrv: str | None = None
         self._peers: dict[str, PeerConsumer] = {}     # client id -> its process
@@ -132,6 +136,8 @@ class LabController:
             asyncio.create_task(self._poll_loop(), name="lab-poll"),
         ]
         self._start_recorder()
+        if self.disk_places is not None:
+            self._tasks.append(asyncio.create_task(self._disk_loop(), name="lab-disk"))
         if scenario is not None:
             await self.run_scenario(scenario)
         if self.memory is not None:
@@ -349,6 +355,19 @@ class LabController:
                     await bus.publish(batch)
                 except Exception:  # noqa: BLE001 - a layer hiccup loses one batch, not the loop
                     log.exception("publishing %d events failed", len(batch))
+
+    async def measure_disk(self) -> None:
+        """Bytes per part into the snapshot; walking directories runs off the loop."""
+        self.state.disk = await asyncio.to_thread(measure, self.disk_places, now_ms())
+        self._snapshot_due = True
+
+    async def _disk_loop(self) -> None:
+        while True:
+            try:
+                await self.measure_disk()
+            except OSError as exc:   # e.g. a directory made unreadable: the last figures stand
+                log.warning("measuring disk use failed: %s", exc)
+            await asyncio.sleep(DISK_INTERVAL_S)
 
     # -- lag history (recorder.py) ----------------------------------------------------
 

@@ -4,10 +4,12 @@ Shared by ``runweb`` and ``runlab`` (which also starts the broker first). Progre
 to ``out`` as the plain lines the README shows.
 """
 import json
+from pathlib import Path
 
 from django.conf import settings
 
 from .controller import LabController, Limits
+from .disk import DiskPlaces
 from .persistence import LabMemory
 from .scenario import DEFAULT
 
@@ -34,19 +36,31 @@ def parse_client_options(items) -> dict:
     return options
 
 
+def disk_places(broker_data_dir: Path | None, commitlog_budget: int | None) -> DiskPlaces:
+    """Where the lab's parts live, from the settings (the lab itself never reads them)."""
+    database = settings.DATABASES["default"]
+    sqlite = database["ENGINE"].endswith("sqlite3") and database["NAME"] not in ("", ":memory:")
+    return DiskPlaces(broker_data_dir=broker_data_dir, commitlog_budget=commitlog_budget,
+                      recordings=settings.DATA_DIR / "recordings", lag_history=settings.DATA_DIR / "lag",
+                      database=Path(database["NAME"]) if sqlite else None)
+
+
 class LabRuntime:
     """``broker``: a BrokerProcess that runlab supervises, started before the controller
-    and stopped after it (None when the broker is someone else's)."""
+    and stopped after it (None when the broker is someone else's); ``broker_data_dir``
+    and ``commitlog_budget`` (bytes) are its data dir and retention, for the disk figures."""
 
     def __init__(self, broker_address: str, *, scenario: bool, out, url: str | None = None,
                  client_options: dict | None = None, pool_size: int = 2, broker=None,
-                 memory: LabMemory | None = None, fresh: bool = False, login_url=None):
+                 memory: LabMemory | None = None, fresh: bool = False, login_url=None,
+                 broker_data_dir: Path | None = None, commitlog_budget: int | None = None):
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
             recorder_root=settings.DATA_DIR / "recordings", memory=memory,
             observe_interval=settings.LAB_OBSERVE_INTERVAL, recordings_hours=settings.LAB_RECORDINGS_HOURS,
             limits=Limits(consumers=settings.LAB_MAX_CONSUMERS, group_consumers=settings.LAB_MAX_GROUP_CONSUMERS,
-                          topic_queues=settings.LAB_MAX_TOPIC_QUEUES))
+                          topic_queues=settings.LAB_MAX_TOPIC_QUEUES),
+            disk=disk_places(broker_data_dir, commitlog_budget))
         self.memory = memory
         self.fresh = fresh
         self.broker = broker

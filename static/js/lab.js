@@ -129,7 +129,24 @@
     if (snap.brokers) lab.brokers = snap.brokers;
     if (snap.producers) lab.producers = snap.producers;
     if (snap.broker_process) showBrokerProcess(snap.broker_process);
+    if (snap.disk) showDiskUse(snap.disk);
     scheduleRender();
+  }
+
+  // Bytes on disk per part, as the controller measures them every 10 s; a part the lab
+  // cannot see (someone else's broker) is not in the snapshot and not on the line.
+  const DISK_PARTS = [["commitlog", "commit log"], ["consumequeue", "consume queues"], ["recordings", "recordings"],
+                      ["lag_history", "history"], ["database", "db"]];
+  function showDiskUse(disk) {
+    const line = document.getElementById("disk-use");
+    const mib = (bytes) => (bytes > 0 && bytes < MIB ? "< 1 MiB" : `${Math.round(bytes / MIB)} MiB`);
+    const parts = DISK_PARTS.filter(([key]) => key in disk).map(([key, name]) => {
+      const budget = disk.budget && disk.budget[key];
+      return `${name} ${mib(disk[key])}${budget ? ` of ${Math.round(budget / MIB)}` : ""}`;
+    });
+    const text = parts.length ? `disk: ${parts.join(" · ")}` : "";
+    setText(line, text);
+    if (line.hidden !== !text) line.hidden = !text;
   }
 
   // runlab restarts a broker that died; while it is down the page says so (and why).

@@ -20,6 +20,7 @@ from consumers_app.lab.lifeline import DataDirInUse, DataDirLock
 from consumers_app.lab.persistence import LabMemory
 from consumers_app.lab.runtime import LabRuntime, parse_client_options
 from consumers_app.lab.webserver import run_web
+from consumers_app.management.commands.runbroker import Command as RunBroker
 from dashboard.auth import issue_login_token
 
 
@@ -59,11 +60,16 @@ class Command(BaseCommand):
             # The login URL needs the auth tables: a fresh data dir must work on its own.
             self.say("migrating database…")
             call_command("migrate", interactive=False, verbosity=0)
+            broker_args = self.broker_args([f"--namesrv-port={namesrv_port}", f"--remoting-port={remoting_port}",
+                                            *broker_arg])
+            # As runbroker will read them (a --broker-arg may override the data dir): the disk figures need them.
+            broker_options = RunBroker().create_parser("manage.py", "runbroker").parse_args(broker_args)
             runtime = LabRuntime(settings.LAB_BROKER, scenario=not no_scenario, out=self.stdout, url=url,
                                  client_options=client_options, pool_size=workers,
-                                 broker=self.broker_process([f"--namesrv-port={namesrv_port}",
-                                                             f"--remoting-port={remoting_port}", *broker_arg]), memory=LabMemory(), fresh=fresh,
-                                 login_url=lambda: self.login_url(url))
+                                 broker=self.broker_process(broker_args),
+                                 memory=LabMemory(), fresh=fresh, login_url=lambda: self.login_url(url),
+                                 broker_data_dir=settings.BASE_DIR / broker_options.data_dir,
+                                 commitlog_budget=broker_options.retention_mb << 20)
             ok = run_web(host, port, on_start=runtime.start, on_stop=runtime.stop)
         finally:
             lock.release()
@@ -71,10 +77,15 @@ class Command(BaseCommand):
         if not ok:
             sys.exit(1)
 
-    def broker_process(self, extra_args) -> BrokerProcess:
+    @staticmethod
+    def broker_args(extra_args) -> list[str]:
+        """runbroker's arguments: the lab's broker address and data dir, then the extras."""
         broker_host, _, broker_port = settings.LAB_BROKER.rpartition(":")
-        argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbroker", "--host", broker_host,
-                "--port", broker_port, "--data-dir", str(settings.LAB_BROKER_DATA_DIR), *extra_args]
+        return ["--host", broker_host, "--port", broker_port, "--data-dir", str(settings.LAB_BROKER_DATA_DIR),
+                *extra_args]
+
+    def broker_process(self, broker_args) -> BrokerProcess:
+        argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbroker", *broker_args]
         return BrokerProcess(argv, settings.LAB_BROKER, cwd=settings.BASE_DIR, out=self.stdout)
 
     @staticmethod

@@ -1,0 +1,72 @@
+"""Disk use of the lab's parts, for the snapshot's ``"disk"`` and the page's disk line.
+
+The controller is told where the parts live (``DiskPlaces``; runtime.py fills it from the
+settings, so the lab never reads them itself) and measures them off the event loop::
+
+    {"commitlog": bytes, "consumequeue": bytes, "recordings": bytes, "lag_history": bytes,
+     "database": bytes, "total": bytes, "budget": {"commitlog": bytes}, "ts": ms}
+
+A part with no place is left out: a broker that is someone else's has no data dir here,
+so its commit log, consume queues and budget are not ours to report.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class DiskPlaces:
+    broker_data_dir: Path | None = None   # commitlog/ and consumequeue/ under it
+    commitlog_budget: int | None = None   # bytes (runbroker --retention-mb)
+    recordings: Path | None = None        # the recorder's root
+    lag_history: Path | None = None       # the lag job's output
+    database: Path | None = None          # the SQLite file (None for a database server)
+
+
+def measure(places: DiskPlaces, now_ms: int) -> dict:
+    """Bytes per part as du counts them; walks directories, so call it off the loop."""
+    parts = {}
+    if places.broker_data_dir is not None:
+        parts["commitlog"] = tree_bytes(places.broker_data_dir / "commitlog")
+        parts["consumequeue"] = tree_bytes(places.broker_data_dir / "consumequeue")
+    if places.recordings is not None:
+        parts["recordings"] = tree_bytes(places.recordings)
+    if places.lag_history is not None:
+        parts["lag_history"] = tree_bytes(places.lag_history)
+    if places.database is not None:
+        # SQLite's write-ahead log and journal are the database's too, and can be large.
+        parts["database"] = sum(file_bytes(Path(f"{places.database}{suffix}")) for suffix in ("", "-wal", "-journal"))
+    disk = {**parts, "total": sum(parts.values()), "ts": now_ms}
+    if places.commitlog_budget is not None:
+        disk["budget"] = {"commitlog": places.commitlog_budget}
+    return disk
+
+
+def tree_bytes(path: Path) -> int:
+    """Allocated bytes of a directory tree, 0 if it is not there."""
+    try:
+        with os.scandir(path) as entries:
+            return sum(_entry_bytes(entry) for entry in entries)
+    except FileNotFoundError:
+        return 0
+
+
+def file_bytes(path: Path) -> int:
+    try:
+        return path.lstat().st_blocks * 512
+    except FileNotFoundError:
+        return 0
+
+
+def _entry_bytes(entry: os.DirEntry) -> int:
+    # st_blocks, not st_size (du counts the same): a commit-log segment is created at its
+    # full size as a sparse file and allocated as it fills (32 MiB ahead, store.py), so
+    # its size says 128 MiB while the disk holds only what was allocated.
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            return tree_bytes(Path(entry.path))
+        return entry.stat(follow_symlinks=False).st_blocks * 512
+    except FileNotFoundError:   # deleted meanwhile (retention, a prune, an atomic rename)
+        return 0
