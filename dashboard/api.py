@@ -197,6 +197,18 @@ async def group_strategy(request, group):
     return await bus.request("set_strategy", group=group, strategy=_one_of("strategy", strategy, STRATEGY_NAMES))
 
 
+@lab_view("GET")
+async def group_strategy_preview(request, group):
+    """What switching the group to ?strategy=NAME would move (read-only, so no control token spent)."""
+    unknown = sorted(set(request.GET) - {"strategy"})
+    if unknown:
+        raise BadRequest(f"unknown query parameter(s): {', '.join(unknown)}")
+    strategy = request.GET.get("strategy", "")
+    if not strategy:
+        raise BadRequest("missing query parameter 'strategy'")
+    return await bus.request("preview_strategy", group=group, strategy=_one_of("strategy", strategy, STRATEGY_NAMES))
+
+
 @lab_view("POST")
 async def group_mode(request, group):
     mode = body(request, {"mode": "name"})["mode"]

@@ -17,6 +17,7 @@ from consumers_app.allocate import STRATEGY_NAMES, get_strategy, sort_for_alloca
 from consumers_app.events import make_event, now_ms
 from consumers_app.lab import bus
 from consumers_app.lab.state import LabState
+from consumers_app.lab.whatif import preview_group
 from consumers_app.message_queue import MessageQueue
 
 TOPIC = "TopicTest"
@@ -128,6 +129,14 @@ class FakeLab:
         self._group(group).strategy = strategy
         self._rebalanced(group, "strategy changed")
         return self.snapshot()
+
+    def do_preview_strategy(self, group, strategy):
+        if strategy not in STRATEGY_NAMES:
+            raise bus.LabError(f"unknown strategy {strategy!r}")
+        target = self._group(group)
+        if target.observed:
+            raise bus.LabError(f"group {group} is observed, not run by the lab: it is read-only")
+        return preview_group(self.state, target, strategy)
 
     def do_set_mode(self, group, mode):
         self._group(group).mode = mode

@@ -6,10 +6,11 @@ import time
 import pytest
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
-from django.test import AsyncClient
+from django.test import AsyncClient, override_settings
 
 from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.lab import bus
+from consumers_app.lab.whatif import preview_strategy
 from consumers_app.message_queue import MessageQueue
 from dashboard.auth import issue_api_token
 
@@ -68,6 +69,40 @@ async def test_set_strategy_answers_the_new_state(client, lab):
     strategy = get_strategy("AVG_BY_CIRCLE")
     assert group["assignments"] == {c: [mq.label for mq in strategy.allocate("GID_LAB", c, mqs, cids)] for c in cids}
     assert actions(lab, "set_strategy") == [{"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE"}]
+
+
+async def test_a_strategy_preview_answers_the_moves_and_changes_nothing(client, lab):
+    before = (await client.get("/api/state")).json()
+    response = await client.get("/api/groups/GID_LAB/strategy/preview", {"strategy": "AVG_BY_CIRCLE"})
+    assert response.status_code == 200, response.content
+    group = before["groups"]["GID_LAB"]
+    want = preview_strategy(get_strategy("AVG_BY_CIRCLE"), "GID_LAB", TOPIC, group["queues"], group["members"],
+                            group["assignments"])
+    assert response.json() == {"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE", **want}
+    assert response.json()["moved"] > 0
+    assert actions(lab, "preview_strategy") == [{"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE"}]
+    assert (await client.get("/api/state")).json() == before
+
+
+@override_settings(LAB_CONTROL_RATE=1, LAB_CONTROL_BURST=1)
+async def test_previews_spend_no_control_budget(client, lab):
+    for _ in range(3):
+        assert (await client.get("/api/groups/GID_LAB/strategy/preview?strategy=AVG")).status_code == 200
+    assert (await post(client, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"})).status_code == 200
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("/api/groups/GID_LAB/strategy/preview", "missing query parameter 'strategy'"),
+    ("/api/groups/GID_LAB/strategy/preview?strategy=FASTEST", "unknown strategy 'FASTEST'"),
+    ("/api/groups/GID_LAB/strategy/preview?strategy=AVG&apply=1", "unknown query parameter(s): apply"),
+    ("/api/groups/NOPE/strategy/preview?strategy=AVG", "unknown group 'NOPE'"),
+    ("/api/groups/GID_WATCHED/strategy/preview?strategy=AVG", "observed"),
+])
+async def test_a_bad_preview_is_a_400_with_its_reason(client, lab, url, reason):
+    lab.state.add_group("GID_WATCHED", TOPIC, "push", "").observed = True
+    response = await client.get(url)
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
 
 
 async def test_set_mode(client, lab):

@@ -48,6 +48,7 @@ from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
+from .whatif import preview_group
 
 log = logging.getLogger(__name__)
 
@@ -452,6 +453,15 @@ class LabController:
             for client_id in self._live_clients(group)))
         await self._settle(group)
         return self.state.snapshot()
+
+    async def action_preview_strategy(self, group, strategy) -> dict:
+        """What switching to ``strategy`` would do (whatif.py); read-only, nothing changes."""
+        name, _ = self._valid_strategy(strategy, None)
+        target = self._valid_group(group)
+        if target.mode == "pop":
+            raise bus.LabError(f"group {group} pops: the broker hands out its messages and pop consumers "
+                               f"ignore the strategy, so nothing would move")
+        return preview_group(self.state, target, name)
 
     async def action_set_mode(self, group, mode) -> dict:
         target = self._valid_group(group)
