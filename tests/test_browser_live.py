@@ -1,7 +1,7 @@
 """The live page in a real browser (Debian's chromium) against the whole lab (`manage.py runlab`).
 
 Log in with the URL runlab prints, see 8 queues shared by 3 push consumers, switch the
-group to AVG_BY_CIRCLE and see RocketMQ's allocation, kill a consumer and see its
+group to AVG_BY_CIRCLE (previewed, then applied) and see RocketMQ's allocation, kill a consumer and see its
 queues move, hang one and see flow control, add a pop group. Screenshots go to
 test-output/screenshots/.
 """
@@ -113,10 +113,13 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
         r"^disk: commit log \d+ MiB of 1024 · consume queues .+ · recordings .+ · history .+ · db .+$"))
     screenshot(page, "01-default-avg")
 
-    # Switch the strategy live.
+    # Switch the strategy live: previewed first (what moves), applied on confirm.
     page.select_option(f'{GROUP} [data-control="strategy"]', "AVG_BY_CIRCLE")
     circle = expected("AVG_BY_CIRCLE", start, consumers)
     assert circle != start
+    moving = sum(circle[q] != start[q] for q in start)
+    expect(page.locator(f'{GROUP} [data-role="preview-summary"]')).to_have_attribute("data-moved", str(moving))
+    page.click(f'{GROUP} [data-action="apply-strategy"]')
     wait_for_owners(page, lambda o: o == circle, "AVG_BY_CIRCLE's owners")
     expect(page.locator(GROUP)).to_have_attribute("data-strategy", "AVG_BY_CIRCLE")
     screenshot(page, "02-avg-by-circle")

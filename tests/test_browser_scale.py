@@ -51,10 +51,10 @@ def browser():
 
 
 @contextmanager
-def fake_lab_server(scenario: str, data_dir):
-    """This module as a script: the dashboard on daphne with the scenario's FakeLab inside."""
+def fake_lab_server(scenario: str, data_dir, module: str = __name__):
+    """A test module as a script: the dashboard on daphne with the scenario's FakeLab inside."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.test_browser_scale", scenario, str(free_port())], cwd=REPO,
+        [sys.executable, "-m", module, scenario, str(free_port())], cwd=REPO,
         env={**os.environ, "LAB_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []

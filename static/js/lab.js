@@ -395,8 +395,6 @@
     const steer = canControl && !observed;
     const strategySelect = el("select", { name: "strategy", "data-control": "strategy", disabled: !steer, "aria-label": "allocation strategy" },
       STRATEGIES.map((s) => el("option", { value: s }, s)));
-    strategySelect.addEventListener("change", () =>
-      callApi(`/api/groups/${encodeURIComponent(name)}/strategy`, { strategy: strategySelect.value }, strategySelect));
     const modeSelect = el("select", { name: "mode", "data-control": "mode", disabled: !steer, "aria-label": "consumption mode" },
       MODES.map((m) => el("option", { value: m }, m)));
     modeSelect.addEventListener("change", () =>
@@ -409,12 +407,14 @@
           title: "started by someone else: the lab asks the cluster about it every second and changes nothing" }, "observed") : null,
         observed ? null : el("label", {}, "strategy ", strategySelect),
         el("label", {}, "mode ", modeSelect)),
+      el("div", { class: "strategy-preview", "data-role": "strategy-preview", hidden: true }),
       el("p", { class: "rebalance", "data-role": "last-rebalance" }),
       el("p", { class: "rebalance", "data-role": "route-change" }),
       el("div", { class: "matrix-wrap" }),
       el("p", { class: "rebalance chart-caption", "data-role": "pq-caption" }),
       el("div", { class: "pq-chart chart", id: `pq-${name}` }));
     if (steer) card.append(buildConsumerControls(name));
+    strategySelect.addEventListener("change", () => previewStrategy(card, name, strategySelect.value));
     resizer.observe(card.querySelector(".pq-chart"));
     return card;
   }
@@ -459,6 +459,8 @@
   function setAttr(node, name, value) { if (node.getAttribute(name) !== value) node.setAttribute(name, value); }
   function setClassName(node, value) { if (node.className !== value) node.className = value; }
   function setClass(node, name, on) { if (node.classList.contains(name) !== on) node.classList.toggle(name, on); }
+  // An attribute, not a class: the views rewrite their cells' className as they paint.
+  function setMark(node, on) { if (node.hasAttribute("data-would-move") !== on) node.toggleAttribute("data-would-move", on); }
   function setStyle(node, css) {
     // The browser rewrites cssText in its own form, so compare with what we wrote last.
     if (node.writtenStyle === css) return;
@@ -467,6 +469,7 @@
   }
 
   function updateGroupCard(card, g) {
+    refreshPreview(card, g);
     // A frame with nothing new for this group (another group's event) costs nothing here.
     const stamp = `${g.version}|${topicsVersion}`;
     if (card.shownGroup === g && card.shownStamp === stamp) return;
@@ -541,6 +544,8 @@
       card.querySelector(".matrix-wrap").replaceChildren(view.root);
     }
     view.update(g, queues, consumers, ownerIndex(g, queues));
+    const moves = previews.get(g.name)?.moves || NO_MOVES;
+    if (moves.size || view.marked) view.markMoves(moves);   // nothing to write without a preview
   }
 
   // What a view shows of one queue. Push and lite pull: who claims it ("owned"; "contested"
@@ -679,6 +684,16 @@
       if (th.shownLook !== look) {
         th.shownLook = look;
         th.replaceChildren(...consumerLabel(cid, c, status));
+      }
+    }
+
+    // What-if: a queue that would move, and its cells of the consumers it would leave or join.
+    markMoves(moves) {
+      this.marked = moves.size > 0;
+      for (const [label, th] of this.heads) {
+        const move = moves.get(label);
+        setMark(th, Boolean(move));
+        for (const [cid, cells] of this.cells) setMark(cells.get(label), Boolean(move) && (move.to === cid || move.from.includes(cid)));
       }
     }
 
@@ -821,6 +836,11 @@
       setStyle(cell, fillOf(facts.owners));
       setClass(cell, "hot", hot);
       if (moved) this.highlight(cell);
+    }
+
+    markMoves(moves) {
+      this.marked = moves.size > 0;
+      for (const [label, cell] of this.cells) setMark(cell, moves.has(label));
     }
 
     syncLegend(g, consumers, held) {
@@ -1049,6 +1069,91 @@
     const topic = document.querySelector("#producer-form .topic-select").value;
     const producer = lab.producers[topic];
     setText(document.getElementById("producer-rate"), producer && producer.rate !== undefined ? `now ${fmt(producer.rate)} msg/s` : "");
+  }
+
+  // ------------------------------------------------------------------ what-if
+  //
+  // Picking another strategy first asks the server what it would do: the assignment the
+  // members would compute (their own allocate.py, over the live members and online
+  // queues) and the queues that would move. The panel lists them, the assignment view
+  // outlines their cells, and only Apply switches. While the group changes underneath,
+  // the preview is asked again.
+
+  const MOVES_LISTED = 12;        // more are outlined in the view, not listed
+  const NO_MOVES = new Map();
+  const previews = new Map();     // group name -> {strategy, answer, moves: label -> move, basis, loading}
+
+  // What a preview depends on: when this changes, it is out of date.
+  const previewBasis = (g) => JSON.stringify([g.strategy, queuesOf(g), consumersOf(g).filter((c) => isAlive(g, c)), g.assignments]);
+
+  async function previewStrategy(card, name, strategy) {
+    const g = lab.groups[name];
+    const select = card.querySelector('[data-control="strategy"]');
+    if (!g || strategy === g.strategy) return closePreview(card, name);
+    if (g.mode === "pop") {   // pop consumers ignore the strategy: nothing to preview
+      return callApi(`/api/groups/${encodeURIComponent(name)}/strategy`, { strategy }, select);
+    }
+    select.dataset.busy = "1";   // the pick stays while it is previewed (setSelect)
+    const entry = { ...(previews.get(name) || {}), strategy, basis: previewBasis(g), loading: true };
+    previews.set(name, entry);
+    try {
+      const response = await fetch(`/api/groups/${encodeURIComponent(name)}/strategy/preview?strategy=${encodeURIComponent(strategy)}`,
+        { credentials: "same-origin" });
+      const answer = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
+      if (previews.get(name) !== entry) return;   // cancelled, or a newer pick
+      if (!response.ok) {
+        showError(answer.error || `${response.status} ${response.statusText}`);
+        return closePreview(card, name);
+      }
+      Object.assign(entry, { answer, moves: new Map(answer.moves.map((m) => [m.queue, m])), loading: false });
+      showPreview(card, name, entry);
+    } catch (err) {
+      if (previews.get(name) !== entry) return;
+      showError(`Request failed: ${err.message}`);
+      closePreview(card, name);
+    }
+  }
+
+  function refreshPreview(card, g) {
+    const entry = previews.get(g.name);
+    if (entry && !entry.loading && entry.basis !== previewBasis(g)) previewStrategy(card, g.name, entry.strategy);
+  }
+
+  function showPreview(card, name, entry) {
+    const { strategy, answer, moves } = entry;
+    const g = lab.groups[name];
+    const panel = card.querySelector('[data-role="strategy-preview"]');
+    const who = (m) => `${m.queue}: ${m.from.join(" + ") || "nobody"} → ${m.to || "nobody"}`;
+    const listed = answer.moves.slice(0, MOVES_LISTED);
+    const apply = el("button", { type: "button", "data-action": "apply-strategy" }, `Apply ${strategy}`);
+    apply.addEventListener("click", async () => {
+      entry.loading = true;   // not asked again while the switch itself changes the group
+      const done = await callApi(`/api/groups/${encodeURIComponent(name)}/strategy`, { strategy }, apply);
+      entry.loading = false;
+      if (done) closePreview(card, name);
+    });
+    panel.replaceChildren(
+      el("p", { "data-role": "preview-summary", "data-moved": String(answer.moved) },
+        el("b", {}, `${answer.moved} queue${answer.moved === 1 ? "" : "s"} would move`),
+        ` switching ${g ? g.strategy : "?"} → ${strategy}, as the members would compute it now` +
+        (answer.moved ? " (outlined below)" : "")),
+      listed.length ? el("ul", { class: "moves", "data-role": "preview-moves" }, listed.map((m) => el("li", {}, who(m))),
+        answer.moves.length > listed.length ? el("li", { class: "more" }, `… and ${answer.moves.length - listed.length} more`) : null) : null,
+      el("div", { class: "preview-actions" }, apply,
+        el("button", { type: "button", "data-action": "cancel-strategy", onclick: () => closePreview(card, name) }, "Cancel")));
+    panel.hidden = false;
+    views.get(name)?.markMoves(moves);
+  }
+
+  function closePreview(card, name) {
+    previews.delete(name);
+    const panel = card.querySelector('[data-role="strategy-preview"]');
+    panel.hidden = true;
+    panel.replaceChildren();
+    const select = card.querySelector('[data-control="strategy"]');
+    delete select.dataset.busy;
+    if (lab.groups[name]) select.value = lab.groups[name].strategy;
+    views.get(name)?.markMoves(NO_MOVES);
   }
 
   // ------------------------------------------------------------------ API calls
