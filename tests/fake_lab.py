@@ -111,11 +111,16 @@ class FakeLab:
         return self.groups[group]
 
     def _rebalanced(self, group, reason):
+        """Every member rebalances, as a real one reports it: what it added and removed
+        (nothing at all, when the allocation did not change)."""
         g = self.groups[group]
         for client_id, mqs in self.assignments(group).items():
+            before = set(g.assignments.get(client_id, ()))
+            added = [mq for mq in mqs if mq.label not in before]
+            removed = sorted(set(before) - {mq.label for mq in mqs})
             self._emit("assignment", group, client_id, topic=TOPIC, queues=mqs, strategy=g.strategy, reason=reason)
-        self._emit("rebalance", group, "", topic=TOPIC, phase="end", reason=reason, strategy=g.strategy, duration_ms=3,
-                   added=[], removed=[])
+            self._emit("rebalance", group, client_id, topic=TOPIC, phase="end", reason=reason, strategy=g.strategy,
+                       duration_ms=3, added=added, removed=[MessageQueue.from_label(TOPIC, x) for x in removed])
 
     def do_state(self):
         return self.snapshot()

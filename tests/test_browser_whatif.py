@@ -1,8 +1,11 @@
-"""What-if in the browser (Debian's chromium) against a FakeLab: picking another strategy
-first previews it. The panel's count of moving queues is what whatif.py computes from the
-server's own state (`GET /api/state`), the view outlines exactly those queues, Cancel
-changes nothing and Apply switches. GID_LAB (3 consumers × 8 queues) shows the matrix,
-GID_BIG (13 consumers) the dense grid.
+"""What the page tells of rebalances, in the browser (Debian's chromium) against a FakeLab.
+
+What-if: picking another strategy first previews it. The panel's count of moving queues is
+what whatif.py computes from the server's own state (`GET /api/state`), the view outlines
+exactly those queues, Cancel changes nothing and Apply switches. And only rebalances that
+moved queues are shown; those that changed nothing are counted per consumer, as the server
+counts them. GID_LAB (3 consumers × 8 queues) shows the matrix, GID_BIG (13 consumers) the
+dense grid.
 """
 import sys
 
@@ -74,6 +77,28 @@ def test_a_preview_shows_the_moves_and_cancel_changes_nothing(page, group):
     assert shown(page, view(group)) == before
 
 
+def noop_text(n: int) -> str:
+    return f"{n} no-op rebalance{'' if n == 1 else 's'}"
+
+
+@pytest.mark.parametrize("group", SWITCHES)
+def test_rebalances_that_changed_nothing_are_counted_not_shown(page, group):
+    noops = server_state(page)["groups"][group]["noop_rebalances"]
+    assert noops, "the scenario has rebalances that changed nothing"
+    total = page.locator(f'{card(group)} [data-role="noop-rebalances"]')
+    expect(total).to_have_attribute("data-count", str(sum(noops.values())))
+    expect(total).to_have_attribute("title", "\n".join(f"{cid}: {noop_text(n)}" for cid, n in sorted(noops.items())))
+    # Per consumer: the matrix row's head, or the grid legend's entry, says it on hover.
+    titles = page.evaluate("""(v) => Object.fromEntries([...document.querySelectorAll(
+        `${v} tr[data-consumer] > th, ${v} .legend-item`)].map((e) => [e.closest("[data-consumer]").dataset.consumer, e.title]))""",
+        view(group))
+    for cid, n in noops.items():
+        assert noop_text(n) in titles[cid], (cid, titles[cid])
+    # The strategy "switched" to the one it had, and changed nothing: the last shown is still the start.
+    expect(page.locator(f'{card(group)} [data-role="last-rebalance"]')).to_contain_text("moved queues")
+    expect(page.locator(f'{card(group)} [data-role="last-rebalance"]')).not_to_contain_text("strategy changed")
+
+
 def test_apply_switches_to_the_previewed_assignment(page):
     group, strategy = "GID_LAB", SWITCHES["GID_LAB"]
     want = server_preview(page, group, strategy)
@@ -88,6 +113,7 @@ def test_apply_switches_to_the_previewed_assignment(page):
                message="the view showing the previewed assignment")
     assert server_state(page)["groups"][group]["assignments"] == want["proposed"]
     assert outlined(page, group) == []
+    expect(page.locator(f'{card(group)} [data-role="last-rebalance"]')).to_contain_text("strategy changed")
 
 
 # ------------------------------------------------------------------ the server (run as a script)
@@ -96,6 +122,8 @@ def whatif_lab() -> FakeLab:
     lab = FakeLab()
     for _ in range(13):
         lab.do_add_consumer("GID_BIG", "push")
+    for group in SWITCHES:   # each member rebalances, and nothing changes
+        lab.do_set_strategy(group, "AVG")
     lab.state.drain()
     return lab
 

@@ -174,6 +174,19 @@ def test_the_last_rebalance_is_kept():
                                                                                       ["broker-a:0"])
 
 
+def test_rebalances_that_change_nothing_are_counted_per_consumer_not_kept_as_the_last():
+    state = lab_with_group()
+    state.apply(ev("rebalance", "GID_LAB", "c1", phase="end", reason="joined", added=["broker-a:0"], removed=[]))
+    for client_id in ("c1", "c2", "c2"):
+        state.apply(ev("rebalance", "GID_LAB", client_id, phase="end", reason="periodic", added=[], removed=[]))
+    group = state.snapshot()["groups"]["GID_LAB"]
+    assert group["noop_rebalances"] == {"c1": 1, "c2": 2}
+    assert group["last_rebalance"]["reason"] == "joined"
+    state.client_gone("c2", "stopped")
+    state.collect_garbage(state.clients["c2"].gone_at + 60, grace_s=60)
+    assert state.snapshot()["groups"]["GID_LAB"]["noop_rebalances"] == {"c1": 1}
+
+
 def test_faults_mark_the_consumer():
     state = lab_with_group()
     state.apply(ev("fault", "GID_LAB", "c2", fault="hang"))

@@ -78,11 +78,11 @@ async def test_two_web_processes_share_the_lab(web_pair):
             requests.post, f"http://127.0.0.1:{ports[0]}/api/groups/GID_LAB/strategy",
             json={"strategy": "AVG_BY_CIRCLE"}, headers=auth, timeout=20)
         assert response.status_code == 200, response.text
-        # The fake answers with assignment events of c1, c2, c3, then the rebalance's end.
-        frames = [[await ws.receive_json() for _ in range(4)] for ws in sockets]
+        # The fake answers with each member's assignment, then its rebalance's end: c1, c2, c3.
+        frames = [[await ws.receive_json() for _ in range(6)] for ws in sockets]
         assert frames[0] == frames[1]
-        assert [(f["type"], f.get("strategy")) for f in frames[0][:3]] == [("assignment", "AVG_BY_CIRCLE")] * 3
-        assert frames[0][3]["type"] == "rebalance"
+        assert [(f["type"], f["client_id"], f.get("strategy")) for f in frames[0]] == [
+            (type, cid, "AVG_BY_CIRCLE") for cid in ("c1", "c2", "c3") for type in ("assignment", "rebalance")]
         second = await asyncio.to_thread(requests.get, f"http://127.0.0.1:{ports[1]}/api/state", headers=auth, timeout=20)
         assert second.json()["groups"]["GID_LAB"]["strategy"] == "AVG_BY_CIRCLE"
 

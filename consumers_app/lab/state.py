@@ -78,7 +78,10 @@ class GroupState:
     assignments: dict[str, list[str]] = field(default_factory=dict)
     pq: dict[tuple[str, str], dict] = field(default_factory=dict)   # (client, label) -> figures
     offsets: dict[str, dict] = field(default_factory=dict)          # label -> broker figures
-    last_rebalance: dict | None = None
+    last_rebalance: dict | None = None   # the last one that changed an assignment
+    # Rebalances that changed nothing (RocketMQ runs one every 20 s per consumer), per
+    # consumer: counted, so they do not bury the ones that moved queues.
+    noop_rebalances: dict[str, int] = field(default_factory=dict)
     # The last queue/broker change of its topic and, per consumer, how long (ms) its
     # route refresh took to see it: {"ts", "change", "noticed": {client_id: ms}}.
     route_change: dict | None = None
@@ -138,6 +141,7 @@ class LabState:
                 del self.clients[client_id]
                 if client.group in self.groups:
                     self.groups[client.group].route_seen.pop(client_id, None)
+                    self.groups[client.group].noop_rebalances.pop(client_id, None)
         dropped = []
         occupied = {c.group for c in self.clients.values()}
         for name, group in list(self.groups.items()):
@@ -198,7 +202,9 @@ class LabState:
                 if client is not None and event.strategy:
                     client.strategy = event.strategy
         elif isinstance(event, RebalanceEvent):
-            if event.phase == "end":
+            if event.phase == "end" and not (event.added or event.removed):
+                group.noop_rebalances[client_id] = group.noop_rebalances.get(client_id, 0) + 1
+            elif event.phase == "end":
                 group.last_rebalance = {
                     "client_id": client_id, "ts": event.ts, "reason": event.reason,
                     "duration_ms": event.duration_ms,
@@ -357,6 +363,7 @@ class LabState:
             "queues": queues,
             "ownership_issues": issues,
             "last_rebalance": group.last_rebalance,
+            "noop_rebalances": dict(group.noop_rebalances),
             "route_change": group.route_change and {**group.route_change,
                                                     "noticed": dict(group.route_change["noticed"])},
             "membership_log": [e.to_dict() for e in group.membership_log],

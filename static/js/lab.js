@@ -29,7 +29,7 @@
     brokers: {},    // broker -> {online}
     producers: {},  // topic -> {rate, ...}
     flow: [],       // flow_control events, oldest first
-    log: [],        // membership / fault / broker / rebalance events, oldest first
+    log: [],        // membership / fault / broker events, oldest first
     seen: new Set(),  // keys of logged events (snapshots repeat them)
   };
   const colours = new Map();
@@ -102,7 +102,8 @@
       // Per (queue, client) ProcessQueue figures; "*" holds the snapshot's per-queue totals
       // until a consumer reports its own.
       pq: {},
-      lastRebalance: snap.last_rebalance || (previous && previous.lastRebalance) || null,
+      lastRebalance: snap.last_rebalance || (previous && previous.lastRebalance) || null,   // the last that moved queues
+      noopRebalances: snap.noop_rebalances || {},   // client -> rebalances that changed nothing
       routeChange: snap.route_change || null,   // the last queue/broker change and who noticed it when
       pops: (previous && previous.pops) || {},   // queue -> recent receivers, newest last
     };
@@ -259,7 +260,10 @@
         }
         break;
       case "rebalance":
-        if (g && (e.phase || "end") === "end") g.lastRebalance = e;
+        // Only a rebalance that moved queues is shown: the periodic ones (every 20 s per
+        // consumer) change nothing and would bury it. The server counts those, and every
+        // snapshot brings the counts (counting events here too would count some twice).
+        if (g && (e.phase || "end") === "end" && changedCount(e)) g.lastRebalance = e;
         break;
       case "pq":
         if (g && e.queue) {
@@ -408,7 +412,7 @@
         observed ? null : el("label", {}, "strategy ", strategySelect),
         el("label", {}, "mode ", modeSelect)),
       el("div", { class: "strategy-preview", "data-role": "strategy-preview", hidden: true }),
-      el("p", { class: "rebalance", "data-role": "last-rebalance" }),
+      el("p", { class: "rebalance" }, el("span", { "data-role": "last-rebalance" }), " ", el("span", { "data-role": "noop-rebalances" })),
       el("p", { class: "rebalance", "data-role": "route-change" }),
       el("div", { class: "matrix-wrap" }),
       el("p", { class: "rebalance chart-caption", "data-role": "pq-caption" }),
@@ -482,8 +486,9 @@
     setSelect(card.querySelector('[data-control="mode"]'), g.mode);
     const r = g.lastRebalance;
     setText(card.querySelector('[data-role="last-rebalance"]'), r
-      ? `Last rebalance ${clock(r.ts)}${r.client_id ? ` by ${r.client_id}` : ""}: ${r.reason || "periodic"} · ${fmtMs(r.duration_ms)}${changedCount(r) ? ` · ${changedCount(r)} queue(s) changed` : ""}`
-      : "No rebalance seen yet.");
+      ? `Last rebalance that moved queues ${clock(r.ts)}${r.client_id ? ` by ${r.client_id}` : ""}: ${r.reason || "periodic"} · ${fmtMs(r.duration_ms)} · ${changedCount(r)} queue(s) changed`
+      : "No rebalance has moved a queue yet.");
+    showNoopRebalances(card.querySelector('[data-role="noop-rebalances"]'), g);
     setText(card.querySelector('[data-role="route-change"]'), routeChangeLine(g));
     updateAssignmentView(card, g);
     updateConsumerControls(card, g);
@@ -517,6 +522,17 @@
     const waiting = consumersOf(g).filter((c) => isAlive(g, c) && !(c in (r.noticed || {})));
     return `Route change ${clock(r.ts)} (${r.broker || ""} ${r.change || ""}): noticed by ${noticed.join(", ") || "nobody yet"}` +
       (waiting.length ? ` · not yet: ${waiting.join(", ")}` : "");
+  }
+
+  const noopText = (n) => `${n} no-op rebalance${n === 1 ? "" : "s"}`;
+
+  // The group's no-op rebalances in all; per consumer in the tooltip (and in its row or legend entry).
+  function showNoopRebalances(node, g) {
+    const counts = Object.entries(g.noopRebalances).filter(([, n]) => n > 0).sort(([a], [b]) => javaOrder(a, b));
+    const total = counts.reduce((sum, [, n]) => sum + n, 0);
+    setData(node, "count", String(total));
+    setText(node, total ? `· ${noopText(total)} not shown: they changed nothing (per consumer: hover)` : "");
+    setAttr(node, "title", counts.map(([cid, n]) => `${cid}: ${noopText(n)}`).join("\n"));
   }
 
   const changedCount = (r) => (r.changed || []).length + (r.added || []).length + (r.removed || []).length;
@@ -679,10 +695,12 @@
       const tr = this.rows.get(cid);
       setData(tr, "status", status);
       setClass(tr, "dead", !isAlive(g, cid));
-      const look = JSON.stringify([status, c.slow_ms, c.fail_ratio, c.client, c.assignment_source, c.language, c.version, c.note]);
+      const noops = g.noopRebalances[cid] || 0;
+      const look = JSON.stringify([status, c.slow_ms, c.fail_ratio, c.client, c.assignment_source, c.language, c.version, c.note, noops]);
       const th = tr.firstChild;
       if (th.shownLook !== look) {
         th.shownLook = look;
+        th.title = `${cid}: ${noopText(noops)}`;
         th.replaceChildren(...consumerLabel(cid, c, status));
       }
     }
@@ -866,11 +884,12 @@
         const entry = this.entries.get(cid);
         setData(entry, "status", status);
         setClass(entry, "dead", !isAlive(g, cid));
-        const look = `${status}|${count}|${c.slow_ms || 0}|${c.fail_ratio || 0}`;
+        const noops = g.noopRebalances[cid] || 0;
+        const look = `${status}|${count}|${c.slow_ms || 0}|${c.fail_ratio || 0}|${noops}`;
         if (entry.shownLook === look) continue;
         entry.shownLook = look;
         const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean);
-        entry.title = [`${cid}: ${status}`, `${count} queue(s)`, ...faults, c.client && c.client !== "ours" ? c.client : ""].filter(Boolean).join(" · ");
+        entry.title = [`${cid}: ${status}`, `${count} queue(s)`, noopText(noops), ...faults, c.client && c.client !== "ours" ? c.client : ""].filter(Boolean).join(" · ");
         entry.replaceChildren(el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
           el("span", { class: "count" }, String(count)), ...(status !== "running" ? [el("span", { class: `status ${status}` }, status)] : []));
       }
