@@ -8,7 +8,8 @@ measures, with 1 KiB messages:
 2. remoting pull: PULL_MESSAGE (32 per pull) over the 8 queues until the backlog is read;
 3. ali-ons (Node.js) push consumer draining the backlog in a fresh group (its peer script
    prints one JSON line per message, which is part of its cost);
-4. our PushConsumer (gRPC) draining the same backlog in a fresh group.
+4. our PushConsumer draining the same backlog in a fresh group, over gRPC, then over
+   remoting (ClientConfig.namesrv) in another fresh group.
 
 Bounded: every phase stops at --seconds. Target: the broker is never the limit for a peer
 (its send/pull rates stay far above any peer's consume rate).
@@ -103,7 +104,9 @@ def ali_ons_consume(namesrv: str, total: int, seconds: float) -> tuple[int, floa
         peer.stop()
 
 
-async def our_consume(addr: str, total: int, seconds: float) -> tuple[int, float]:
+async def our_consume(group: str, total: int, seconds: float, **connect) -> tuple[int, float]:
+    """Our PushConsumer draining the backlog in a fresh group; ``connect``: endpoints= (gRPC)
+    or namesrv= (remoting)."""
     seen = {"n": 0, "first": None, "last": None}
 
     def listener(msgs):
@@ -113,8 +116,8 @@ async def our_consume(addr: str, total: int, seconds: float) -> tuple[int, float
         seen["last"] = now
         return ConsumeResult.SUCCESS
 
-    consumer = PushConsumer("GID_BENCH_OURS", TOPIC, listener, PushConsumerConfig(
-        endpoints=addr, client_id="bench-ours", consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET))
+    consumer = PushConsumer(group, TOPIC, listener, PushConsumerConfig(
+        client_id=f"bench-{group}", consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, **connect))
     await consumer.start()
     deadline = time.monotonic() + seconds
     while seen["n"] < total and time.monotonic() < deadline:
@@ -146,8 +149,10 @@ def main():
             print(f"ali-ons push consumer (remoting): {rate(n, s)}", flush=True)
         else:
             print("ali-ons push consumer: not installed (make node-peers)")
-        n, s = asyncio.run(our_consume(broker.address, total, args.seconds))
+        n, s = asyncio.run(our_consume("GID_BENCH_OURS", total, args.seconds, endpoints=broker.address))
         print(f"our push consumer (gRPC): {rate(n, s)}", flush=True)
+        n, s = asyncio.run(our_consume("GID_BENCH_OURS_REMOTING", total, args.seconds, namesrv=broker.namesrv))
+        print(f"our push consumer (remoting): {rate(n, s)}", flush=True)
 
 
 if __name__ == "__main__":
