@@ -215,9 +215,23 @@ class RouteEvent(Event):
     queues: list[MessageQueue] = dataclasses.field(default_factory=list)
 
 
+@dataclass(kw_only=True, slots=True)
+class OffsetMovedEvent(Event):
+    """A pull offset the broker refused (OFFSET_ILLEGAL / PULL_OFFSET_MOVED) and the offset
+    it gave instead: ``skipped`` messages were never consumed (retention deleted them
+    first), 0 when the correction went backwards."""
+    type: ClassVar[str] = "offset_moved"
+    queue_fields: ClassVar[tuple[str, ...]] = ("queue",)
+    topic: str = ""
+    queue: MessageQueue | None = None
+    from_offset: int = 0
+    to_offset: int = 0
+    skipped: int = 0
+
+
 EVENT_CLASSES: dict[str, type[Event]] = {cls.type: cls for cls in (
     AssignmentEvent, RebalanceEvent, PqEvent, FlowControlEvent, ConsumeEvent, MembershipEvent,
-    OffsetEvent, PopEvent, FaultEvent, BrokerEvent, RouteEvent)}
+    OffsetEvent, PopEvent, FaultEvent, BrokerEvent, RouteEvent, OffsetMovedEvent)}
 EVENT_TYPES = frozenset(EVENT_CLASSES)
 
 

@@ -370,6 +370,11 @@ async def test_consumers_behind_and_new_groups_start_at_the_oldest_kept_message(
             await c.shutdown()
     committed = lab_offsets(stubs, "GID_BEHIND")
     assert all(committed[q].committed_offset == sent[q] for q in range(4))
+    # Each correction says what it skipped: from the committed 5 to the oldest kept message.
+    moved = {e.queue.label: (e.from_offset, e.to_offset, e.skipped)
+             for e in consumers[0].emitter.recent("offset_moved", client_id="behind", group="GID_BEHIND")}
+    deleted = {f"broker-a:{q}": (5, low[q], low[q] - 5) for q in range(4) if low[q] > 5}
+    assert deleted and {label: moved.get(label) for label in deleted} == deleted
 
 
 def test_restart_after_deletion_recovers_the_kept_segments_and_continues_offsets(tmp_path):

@@ -232,3 +232,14 @@ def test_churn_does_not_grow_the_snapshot():
     state.collect_garbage(now + 60, grace_s=60)
     after = len(json.dumps(state.snapshot()))
     assert after == before, (before, peak, after)
+
+
+def test_messages_skipped_by_corrected_offsets_are_counted_per_queue():
+    state = lab_with_group()
+    state.apply(ev("offset_moved", "GID_LAB", "c1", topic="TopicTest", queue="broker-a:0",
+                   from_offset=5, to_offset=905, skipped=900))
+    state.apply(ev("offset_moved", "GID_LAB", "c2", topic="TopicTest", queue="broker-a:0",
+                   from_offset=905, to_offset=1005, skipped=100))
+    state.apply(ev("offset_moved", "GID_LAB", "c3", topic="TopicTest", queue="broker-b:1",
+                   from_offset=1000, to_offset=5, skipped=0))   # corrected backwards: nothing skipped
+    assert state.snapshot()["groups"]["GID_LAB"]["skipped"] == {"broker-a:0": 1000}

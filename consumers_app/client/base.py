@@ -101,6 +101,11 @@ class ConsumerBase:
     def emit(self, type: str, **fields) -> None:
         self.emitter.emit(type, self.group, self.client_id, mode=self.mode, **fields)
 
+    def note_offset_moved(self, mq: MessageQueue, from_offset: int, to_offset: int) -> None:
+        """The broker corrected a pull offset: say how many messages that skipped."""
+        self.emit("offset_moved", topic=mq.topic, queue=mq, from_offset=from_offset, to_offset=to_offset,
+                  skipped=max(0, to_offset - from_offset))
+
     def note_flow_control(self, mq: MessageQueue, fc) -> None:
         """Count every flow-control decision; emit at most one event per queue/reason/interval."""
         self.flow_control_counts[fc.reason] += 1

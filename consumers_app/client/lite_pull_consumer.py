@@ -301,6 +301,8 @@ class LitePullConsumer(ConsumerBase):
             pq.put_messages(msgs)
             self.consume_request_cache.append(ConsumeRequest(msgs, mq, pq))
             self._cache_event.set()
+        if resp.pull_status == lab.OFFSET_ILLEGAL:
+            self.note_offset_moved(mq, offset, resp.next_begin_offset)
         aq.pull_offset = resp.next_begin_offset
         return 0
 

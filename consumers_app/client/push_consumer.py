@@ -384,6 +384,7 @@ class PushConsumer(ConsumerBase):
             # dropped and re-created 10 s later).
             log.warning("%s: offset %d of %s is illegal; corrected to %d", self.client_id,
                         request.next_offset, mq.label, resp.next_begin_offset)
+            self.note_offset_moved(mq, request.next_offset, resp.next_begin_offset)
             request.next_offset = resp.next_begin_offset
             if pq.msg_count == 0:
                 self.offset_store.update_offset(mq, request.next_offset, False)

@@ -19,7 +19,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from consumers_app.events import (AssignmentEvent, BrokerEvent, Event, FaultEvent, FlowControlEvent,
-                                  MembershipEvent, PqEvent, RebalanceEvent, RouteEvent, queue_text)
+                                  MembershipEvent, OffsetMovedEvent, PqEvent, RebalanceEvent, RouteEvent,
+                                  queue_text)
 from consumers_app.javastr import java_key
 from consumers_app.message_queue import broker_of, parse_label
 
@@ -82,6 +83,9 @@ class GroupState:
     # Rebalances that changed nothing (RocketMQ runs one every 20 s per consumer), per
     # consumer: counted, so they do not bury the ones that moved queues.
     noop_rebalances: dict[str, int] = field(default_factory=dict)
+    # Messages never consumed because retention deleted them before the group got there
+    # (each consumer's corrected pull offsets), per queue label.
+    skipped: dict[str, int] = field(default_factory=dict)
     # The last queue/broker change of its topic and, per consumer, how long (ms) its
     # route refresh took to see it: {"ts", "change", "noticed": {client_id: ms}}.
     route_change: dict | None = None
@@ -227,6 +231,10 @@ class LabState:
                 group.membership_log.append(event)
         elif isinstance(event, FlowControlEvent):
             group.flow_control.append(event)
+        elif isinstance(event, OffsetMovedEvent):
+            if event.queue is not None and event.skipped:
+                label = event.queue.label
+                group.skipped[label] = group.skipped.get(label, 0) + event.skipped
         elif isinstance(event, RouteEvent):
             group.route_seen[client_id] = event.ts
             change = group.route_change
@@ -364,6 +372,7 @@ class LabState:
             "ownership_issues": issues,
             "last_rebalance": group.last_rebalance,
             "noop_rebalances": dict(group.noop_rebalances),
+            "skipped": dict(group.skipped),   # queue -> messages retention deleted before they were consumed
             "route_change": group.route_change and {**group.route_change,
                                                     "noticed": dict(group.route_change["noticed"])},
             "membership_log": [e.to_dict() for e in group.membership_log],

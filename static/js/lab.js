@@ -104,6 +104,8 @@
       pq: {},
       lastRebalance: snap.last_rebalance || (previous && previous.lastRebalance) || null,   // the last that moved queues
       noopRebalances: snap.noop_rebalances || {},   // client -> rebalances that changed nothing
+      // Messages retention deleted before the group consumed them, summed over its queues.
+      skipped: Object.values(snap.skipped || {}).reduce((sum, n) => sum + n, 0),
       routeChange: snap.route_change || null,   // the last queue/broker change and who noticed it when
       pops: (previous && previous.pops) || {},   // queue -> recent receivers, newest last
     };
@@ -315,6 +317,11 @@
         }
         logEvent(e);
         break;
+      case "offset_moved":
+        // The count comes with the next snapshot (a second away); counting events too would
+        // count twice the ones a snapshot already holds.
+        if (e.skipped) logEvent(e);   // a correction backwards skips nothing: not worth a line
+        break;
       case "broker":
         logEvent(e);
         if (e.topic && e.queues) {
@@ -414,6 +421,7 @@
       el("div", { class: "strategy-preview", "data-role": "strategy-preview", hidden: true }),
       el("p", { class: "rebalance" }, el("span", { "data-role": "last-rebalance" }), " ", el("span", { "data-role": "noop-rebalances" })),
       el("p", { class: "rebalance", "data-role": "route-change" }),
+      el("p", { class: "rebalance skipped", "data-role": "skipped" }),
       el("div", { class: "matrix-wrap" }),
       el("p", { class: "rebalance chart-caption", "data-role": "pq-caption" }),
       el("div", { class: "pq-chart chart", id: `pq-${name}` }));
@@ -490,6 +498,9 @@
       : "No rebalance has moved a queue yet.");
     showNoopRebalances(card.querySelector('[data-role="noop-rebalances"]'), g);
     setText(card.querySelector('[data-role="route-change"]'), routeChangeLine(g));
+    // RocketMQ's answer to an offset that retention deleted: go on from the oldest kept message.
+    setText(card.querySelector('[data-role="skipped"]'), g.skipped
+      ? `${fmt(g.skipped)} message(s) skipped: retention deleted them before the group consumed them (offsets corrected by the broker)` : "");
     updateAssignmentView(card, g);
     updateConsumerControls(card, g);
   }
@@ -1040,6 +1051,8 @@
       case "broker":
         if (e.process) return `broker process ${e.process}${e.reason ? `: ${e.reason}` : ""}${e.restarts ? ` (restarts: ${e.restarts})` : ""}`;
         return `broker ${e.broker || ""} ${e.change || (e.online ? "online" : "offline")}${e.delta ? ` ${e.delta > 0 ? "+" : ""}${e.delta} queue(s)` : ""}`;
+      case "offset_moved":
+        return `${e.client_id} skipped ${e.skipped} message(s) of ${e.queue}: offset ${e.from_offset} was deleted, corrected to ${e.to_offset}`;
       default: return e.type;
     }
   }
