@@ -72,11 +72,14 @@ class Cluster:
         self.namesrv = namesrv
         self.timeout = timeout
         self._connections: dict[str, RemotingClient] = {}
+        # Asked from several tasks at once (the lab's admin calls): one connection per address.
+        self._connecting = asyncio.Lock()
 
     async def ask(self, address: str, code: int, ext: dict | None = None):
-        client = self._connections.get(address)
-        if client is None or client.closed:
-            client = self._connections[address] = await RemotingClient.connect(address, self.timeout)
+        async with self._connecting:
+            client = self._connections.get(address)
+            if client is None or client.closed:
+                client = self._connections[address] = await RemotingClient.connect(address, self.timeout)
         return await client.request(code, ext, timeout=self.timeout)
 
     async def close(self) -> None:
