@@ -78,7 +78,9 @@ class LabController:
                  adapters: str | None = None, flush_interval: float = 0.1, poll_interval: float = 1.0,
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
                  gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0,
-                 limits: Limits = Limits(), recordings_hours: float = 24, disk: DiskPlaces | None = None):
+                 limits: Limits = Limits(), recordings_hours: float = 24, disk: DiskPlaces | None = None,
+                 admin=None, cluster: dict | None = None):
+        # The embedded broker's gRPC address; attached to a cluster, its proxy's (pop only).
         self.broker_address = broker_address
         self.limits = limits
         self.pool_size = pool_size
@@ -92,7 +94,11 @@ class LabController:
         self.recordings_hours = recordings_hours
         self.state = LabState()
         self.supervisor = Supervisor(self._worker_events, self._worker_lost, adapters=adapters)
-        self.admin: lab_grpc.LabAdminStub | None = None
+        # LabAdmin: the embedded broker's stub (made at start), or a cluster_admin.ClusterAdmin
+        # answering the same calls from someone else's cluster; ``cluster`` then says so.
+        self.admin = admin
+        if cluster is not None:
+            self.state.cluster = cluster
         self._channel: grpc.aio.Channel | None = None
         self._hosts: dict[str, WorkerLink] = {}       # client or producer id -> its worker
         self._client_numbers = itertools.count(1)
@@ -127,8 +133,9 @@ class LabController:
 
     async def start(self, scenario: Scenario | None = None) -> None:
         """Workers up, the scenario (if any) running, then requests answered."""
-        self._channel = grpc.aio.insecure_channel(self.broker_address)
-        self.admin = lab_grpc.LabAdminStub(self._channel)
+        if self.admin is None:
+            self._channel = grpc.aio.insecure_channel(self.broker_address)
+            self.admin = lab_grpc.LabAdminStub(self._channel)
         await self.supervisor.start()
         await self.refresh_topology()
         await asyncio.gather(*(self.supervisor.spawn() for _ in range(self.pool_size)))
@@ -173,12 +180,13 @@ class LabController:
         for topic, rate in scenario.producers.items():
             await self._set_producer_rate(topic, rate)
         for spec in scenario.groups:
+            self._valid_mode(spec.mode)
             group = self._create_group(spec.name, spec.topic, spec.mode, spec.strategy)
             started = await asyncio.gather(*(self._start_consumer(group.name) for _ in range(spec.consumers)))
             for client_id, faults in zip(started, spec.faults):
                 await self._apply_faults(client_id, faults)
         for broker in scenario.offline_brokers:
-            if self.state.brokers.get(broker):
+            if self.state.brokers.get(broker) and not self._disabled("broker_online"):
                 await self.action_broker(broker, False)
         for spec in scenario.groups:
             await self._settle(spec.name)
@@ -296,8 +304,8 @@ class LabController:
             try:
                 async for change in self.admin.WatchMembership(lab.GroupRequest(group=group)):
                     self._membership_changed(change)
-            except grpc.aio.AioRpcError as exc:
-                log.info("membership watch of %s ended (%s); reconnecting", group, exc.code())
+            except (grpc.aio.AioRpcError, OSError, TimeoutError) as exc:
+                log.info("membership watch of %s ended (%s); reconnecting", group, _why(exc))
             await asyncio.sleep(1.0)
 
     async def refresh_topology(self) -> None:
@@ -338,8 +346,8 @@ class LabController:
         while True:
             try:
                 await self.poll_offsets()
-            except grpc.aio.AioRpcError as exc:
-                log.warning("offset poll failed: %s", exc.code())
+            except (grpc.aio.AioRpcError, OSError, TimeoutError) as exc:
+                log.warning("offset poll failed: %s", _why(exc))
             self.collect_garbage()
             self._snapshot_due = True
             await asyncio.sleep(self.poll_interval)
@@ -562,6 +570,7 @@ class LabController:
         return self.state.snapshot()
 
     async def action_queues(self, topic, delta, broker=None) -> dict:
+        self._refuse_if_disabled("queues")
         topic = self._valid_topic(topic)
         delta = self._valid_number("delta", delta, -1024, 1024, integer=True)
         if delta == 0:
@@ -591,6 +600,7 @@ class LabController:
         return self.state.snapshot()
 
     async def action_broker(self, broker, online) -> dict:
+        self._refuse_if_disabled("broker_online")
         if broker not in self.state.brokers:
             raise bus.LabError(f"unknown broker {broker!r}; known: {', '.join(sorted(self.state.brokers))}")
         if not isinstance(online, bool):
@@ -696,11 +706,21 @@ class LabController:
         if group.observed:
             raise bus.LabError(f"group {group.name} is observed, not run by the lab: it is read-only")
 
-    @staticmethod
-    def _valid_mode(mode) -> str:
+    def _valid_mode(self, mode) -> str:
         if mode not in MODES:
             raise bus.LabError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        if mode == "pop":
+            self._refuse_if_disabled("pop")
         return mode
+
+    def _disabled(self, control: str) -> str | None:
+        """Why ``control`` is off on the cluster the lab is attached to (None: it is on)."""
+        return self.state.cluster.get("disabled", {}).get(control)
+
+    def _refuse_if_disabled(self, control: str) -> None:
+        reason = self._disabled(control)
+        if reason:
+            raise bus.LabError(reason)
 
     @staticmethod
     def _valid_strategy(name, options) -> tuple[str, dict]:
@@ -928,3 +948,8 @@ class LabController:
             return False
         finally:
             self._waiters.remove(waiter)
+
+
+def _why(exc: Exception) -> str:
+    """One word or line on a failed admin call: gRPC's status code, else the error."""
+    return str(exc.code()) if isinstance(exc, grpc.aio.AioRpcError) else str(exc) or type(exc).__name__

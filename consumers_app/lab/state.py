@@ -106,6 +106,9 @@ class LabState:
         # The broker process as runlab supervises it; a broker the lab did not start is
         # reported up (its reachability shows in the offset polls).
         self.broker_process: dict = {"up": True, "restarts": 0, "managed": False}
+        # Attached to someone else's cluster (runlab --namesrv): its name server and the
+        # controls it disables, with why (cluster_admin.attachment).
+        self.cluster: dict = {"attached": False}
         # Bytes on disk per part (disk.py), as the controller last measured them; empty until then.
         self.disk: dict = {}
         self._pending: list[Event] = []
@@ -387,5 +390,6 @@ class LabState:
             "producers": {t: dict(p) for t, p in self.producers.items()},
             "brokers": {name: {"online": online} for name, online in sorted(self.brokers.items())},
             "broker_process": dict(self.broker_process),
+            "cluster": dict(self.cluster),
             "disk": {k: dict(v) if isinstance(v, dict) else v for k, v in self.disk.items()},
         }
