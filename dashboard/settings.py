@@ -1,7 +1,8 @@
 """Settings for Rebalance Lab.
 
 Every replacement of an embedded default is an environment variable (README, "Scaling
-out"): DATABASE_URL, CHANNEL_LAYER_URL, LAB_BROKER, SPARK_MASTER / SPARK_REMOTE.
+out"): DATABASE_URL, CHANNEL_LAYER_URL, LAB_BROKER, LAB_NAMESRV / LAB_PROXY (README, "Your own
+cluster"), SPARK_MASTER / SPARK_REMOTE.
 """
 import os
 import secrets
@@ -127,6 +128,10 @@ STATIC_ROOT = DATA_DIR / "staticfiles"
 
 # The lab (consumers_app): where the embedded broker listens and keeps its files.
 LAB_BROKER = os.environ.get("LAB_BROKER", "127.0.0.1:8081")
+# runlab on an existing RocketMQ cluster instead of the embedded broker: its name server
+# (HOST:PORT; runlab --namesrv overrides it), and a RocketMQ 5 proxy's gRPC endpoint for pop groups.
+LAB_NAMESRV = os.environ.get("LAB_NAMESRV", "")
+LAB_PROXY = os.environ.get("LAB_PROXY", "")
 LAB_BROKER_DATA_DIR = Path(os.environ.get("LAB_BROKER_DATA_DIR", DATA_DIR / "broker"))
 # Pages readable without login (control always needs a user).
 DASHBOARD_PUBLIC_READ = os.environ.get("DASHBOARD_PUBLIC_READ", "0") == "1"

@@ -1,13 +1,14 @@
 """The lab controller's life inside a web process: start, default scenario, stop.
 
-Shared by ``runweb`` and ``runlab`` (which also starts the broker first). Progress goes
-to ``out`` as the plain lines the README shows.
+Shared by ``runweb`` and ``runlab`` (which also starts the broker first, or attaches to
+an existing cluster instead). Progress goes to ``out`` as the plain lines the README shows.
 """
 import json
 from pathlib import Path
 
 from django.conf import settings
 
+from .cluster_admin import ClusterAdmin, attachment
 from .controller import LabController, Limits
 from .disk import DiskPlaces
 from .persistence import LabMemory
@@ -48,19 +49,24 @@ def disk_places(broker_data_dir: Path | None, commitlog_budget: int | None) -> D
 class LabRuntime:
     """``broker``: a BrokerProcess that runlab supervises, started before the controller
     and stopped after it (None when the broker is someone else's); ``broker_data_dir``
-    and ``commitlog_budget`` (bytes) are its data dir and retention, for the disk figures."""
+    and ``commitlog_budget`` (bytes) are its data dir and retention, for the disk figures.
+    ``cluster``: a ClusterAdmin when the lab runs on an existing cluster (no broker of its
+    own); ``broker_address`` is then that cluster's proxy, for pop groups ("" = none)."""
 
     def __init__(self, broker_address: str, *, scenario: bool, out, url: str | None = None,
                  client_options: dict | None = None, pool_size: int = 2, broker=None,
                  memory: LabMemory | None = None, fresh: bool = False, login_url=None,
-                 broker_data_dir: Path | None = None, commitlog_budget: int | None = None):
+                 broker_data_dir: Path | None = None, commitlog_budget: int | None = None,
+                 cluster: ClusterAdmin | None = None):
+        self.cluster = cluster
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
             recorder_root=settings.DATA_DIR / "recordings", memory=memory,
             observe_interval=settings.LAB_OBSERVE_INTERVAL, recordings_hours=settings.LAB_RECORDINGS_HOURS,
             limits=Limits(consumers=settings.LAB_MAX_CONSUMERS, group_consumers=settings.LAB_MAX_GROUP_CONSUMERS,
                           topic_queues=settings.LAB_MAX_TOPIC_QUEUES),
-            disk=disk_places(broker_data_dir, commitlog_budget))
+            disk=disk_places(broker_data_dir, commitlog_budget),
+            admin=cluster, cluster=attachment(cluster.namesrv, broker_address) if cluster is not None else None)
         self.memory = memory
         self.fresh = fresh
         self.broker = broker
@@ -79,15 +85,12 @@ class LabRuntime:
             self.say("starting broker…")
             await self.broker.start()
             self.broker.on_change = self.controller.broker_process_changed
-            self.controller.namesrv = self.broker.namesrv
             if self.broker.namesrv:
-                # Our push and lite-pull consumers and the producer are RocketMQ clients: they
-                # find the brokers through the name server and speak remoting, as Java's do
-                # (--client-option=push.namesrv= opts a kind out). Pop stays on gRPC (the proxy's).
-                for kind in ("push", "lite_pull", "producer"):
-                    self.controller.client_options.setdefault(kind, {}).setdefault("namesrv", self.broker.namesrv)
+                self.use_namesrv(self.broker.namesrv)
             self.controller.broker_process_changed(self.broker.status())
             self.say("broker ready")
+        if self.cluster is not None:
+            self.use_namesrv(self.cluster.namesrv)
         scenario = await self.starting_scenario()
         self.say("starting workers…")
         await self.controller.start(scenario)
@@ -95,6 +98,14 @@ class LabRuntime:
             self.say("scenario running")
         if self.url:
             self.say(await self.login_line())
+
+    def use_namesrv(self, namesrv: str) -> None:
+        """Our push and lite-pull consumers and the producer are RocketMQ clients: they find
+        the brokers through the name server and speak remoting, as Java's do
+        (--client-option=push.namesrv= opts a kind out). Pop stays on gRPC (the proxy's)."""
+        self.controller.namesrv = namesrv
+        for kind in ("push", "lite_pull", "producer"):
+            self.controller.client_options.setdefault(kind, {}).setdefault("namesrv", namesrv)
 
     async def starting_scenario(self):
         """The lab as it was left (saved in the database), else the default scenario;
@@ -114,6 +125,8 @@ class LabRuntime:
         line = f"Rebalance Lab is running: open {url}"
         if self.broker is not None and self.broker.namesrv:
             line += f"\nname server: {self.broker.namesrv}   (RocketMQ remoting clients join here)"
+        if self.cluster is not None:
+            line += f"\nname server: {self.cluster.namesrv} (attached)"
         return line
 
     async def stop(self) -> None:
@@ -121,3 +134,5 @@ class LabRuntime:
         await self.controller.stop()
         if self.broker is not None:   # last: the consumers have said goodbye and committed
             await self.broker.stop()
+        if self.cluster is not None:
+            await self.cluster.close()

@@ -7,7 +7,12 @@
    and the default scenario (unless --no-scenario), then prints a one-time login URL.
 3. SIGINT/SIGTERM: workers, then web, then the broker stop cleanly. If this process is
    SIGKILLed, every child follows it (consumers_app/lab/lifeline.py).
+
+With ``--namesrv HOST:PORT`` (or LAB_NAMESRV) step 1 is replaced: the lab runs on that
+existing cluster (consumers_app/lab/cluster_admin.py), after checking that its name server
+answers; pop groups use LAB_PROXY, a RocketMQ 5 proxy, when set.
 """
+import asyncio
 import sys
 
 from asgiref.sync import sync_to_async
@@ -16,6 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from consumers_app.lab.broker_process import BrokerProcess
+from consumers_app.lab.cluster_admin import ClusterAdmin, ClusterUnreachable, reach
 from consumers_app.lab.lifeline import DataDirInUse, DataDirLock
 from consumers_app.lab.persistence import LabMemory
 from consumers_app.lab.runtime import LabRuntime, parse_client_options
@@ -25,7 +31,7 @@ from dashboard.auth import issue_login_token
 
 
 class Command(BaseCommand):
-    help = "Run the broker, the dashboard (daphne) and the lab with its default scenario."
+    help = "Run the broker (or attach to a cluster), the dashboard (daphne) and the lab with its default scenario."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
@@ -42,13 +48,18 @@ class Command(BaseCommand):
                             help="first remoting port of the logical brokers (0: any free ports)")
         parser.add_argument("--fresh", action="store_true",
                             help="forget the saved lab state and start from the default scenario")
+        parser.add_argument("--namesrv", default=settings.LAB_NAMESRV, metavar="HOST:PORT",
+                            help="run on the existing RocketMQ cluster of this name server instead of "
+                                 "starting a broker (env LAB_NAMESRV)")
 
     def handle(self, *args, host, port, no_scenario, broker_arg, client_option, workers, fresh, namesrv_port,
-               remoting_port, **options):
+               remoting_port, namesrv, **options):
         try:
             client_options = parse_client_options(client_option)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        if namesrv:
+            self.check_cluster(namesrv)
         url = f"http://{host}:{port}"
         lock = DataDirLock(settings.DATA_DIR)
         try:
@@ -60,22 +71,37 @@ class Command(BaseCommand):
             # The login URL needs the auth tables: a fresh data dir must work on its own.
             self.say("migrating database…")
             call_command("migrate", interactive=False, verbosity=0)
-            broker_args = self.broker_args([f"--namesrv-port={namesrv_port}", f"--remoting-port={remoting_port}",
-                                            *broker_arg])
-            # As runbroker will read them (a --broker-arg may override the data dir): the disk figures need them.
-            broker_options = RunBroker().create_parser("manage.py", "runbroker").parse_args(broker_args)
-            runtime = LabRuntime(settings.LAB_BROKER, scenario=not no_scenario, out=self.stdout, url=url,
-                                 client_options=client_options, pool_size=workers,
-                                 broker=self.broker_process(broker_args),
-                                 memory=LabMemory(), fresh=fresh, login_url=lambda: self.login_url(url),
-                                 broker_data_dir=settings.BASE_DIR / broker_options.data_dir,
-                                 commitlog_budget=broker_options.retention_mb << 20)
+            common = dict(scenario=not no_scenario, out=self.stdout, url=url, client_options=client_options,
+                          pool_size=workers, memory=LabMemory(), fresh=fresh, login_url=lambda: self.login_url(url))
+            if namesrv:
+                runtime = LabRuntime(settings.LAB_PROXY, cluster=ClusterAdmin(namesrv), **common)
+            else:
+                broker_args = self.broker_args([f"--namesrv-port={namesrv_port}", f"--remoting-port={remoting_port}",
+                                                *broker_arg])
+                # As runbroker will read them (a --broker-arg may override the data dir): the disk figures need them.
+                broker_options = RunBroker().create_parser("manage.py", "runbroker").parse_args(broker_args)
+                runtime = LabRuntime(settings.LAB_BROKER, broker=self.broker_process(broker_args),
+                                     broker_data_dir=settings.BASE_DIR / broker_options.data_dir,
+                                     commitlog_budget=broker_options.retention_mb << 20, **common)
             ok = run_web(host, port, on_start=runtime.start, on_stop=runtime.stop)
         finally:
             lock.release()
         self.stdout.write("Rebalance Lab stopped")
         if not ok:
             sys.exit(1)
+
+    def check_cluster(self, namesrv: str) -> None:
+        """Exit 1 with one line on stderr unless the name server answers with its brokers."""
+        # A loop of its own, not asyncio.run: that would leave no current loop for daphne's reactor.
+        loop = asyncio.new_event_loop()
+        try:
+            brokers = loop.run_until_complete(reach(namesrv))
+        except ClusterUnreachable as exc:
+            self.stderr.write(str(exc))
+            sys.exit(1)
+        finally:
+            loop.close()
+        self.say(f"name server {namesrv} answers: brokers {', '.join(brokers)}")
 
     @staticmethod
     def broker_args(extra_args) -> list[str]:

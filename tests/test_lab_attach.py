@@ -1,0 +1,121 @@
+"""``runlab --namesrv``: the lab on an existing cluster, with no broker of its own.
+
+A separately started broker with a name server plays the existing cluster: runlab creates
+the scenario's topic there over remoting, runs the default scenario on it, refuses the
+lab-only controls with their reasons, and observes a group started by someone else.
+"""
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+
+import pytest
+
+from consumers_app.lab.cluster_admin import DISABLED, POP_NEEDS_PROXY
+from consumers_app.remoting import wire
+
+from .brokers import BrokerProcess
+from .remoting_peers import AliOns, call, require_ali_ons
+from .support import REPO, free_port, wait_until
+from .test_lab_persistence import cookie_jar, post, state
+from .test_lab_runlab import Server, migrated_env, wait_for_three
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    # Two brokers and no TopicTest yet: runlab has to create the scenario's topic on both.
+    with BrokerProcess(tmp_path_factory.mktemp("cluster"), topics=["Seed:1@broker-a", "Seed:1@broker-b"],
+                       extra_args=["--client-expiry-ms=3000"], remoting=True) as broker:
+        yield broker
+
+
+def refused(browser, port, path, body) -> tuple[int, str]:
+    try:
+        post(browser, port, path, body)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)["error"]
+    raise AssertionError(f"{path} was accepted")
+
+
+def test_runlab_attached_runs_the_scenario_on_the_cluster_and_refuses_lab_only_controls(cluster, tmp_path):
+    import http.cookiejar
+    import urllib.request
+
+    port = free_port()
+    lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--namesrv", cluster.namesrv,
+                 "--client-option=*.heartbeat_interval_ms=1000", env=migrated_env(tmp_path))
+    outside = None
+    try:
+        url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
+        assert lab.line_starting("name server:", timeout=5) == f"name server: {cluster.namesrv} (attached)"
+        assert not any("starting broker" in x for x in lab.lines)
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        assert browser.open(url, timeout=10).status == 200
+        wait_for_three(lab, browser, port, timeout=30, message="the default scenario on the cluster")
+
+        # The topic was created on the cluster: four queues on each of its brokers.
+        route = wire.loads(call(cluster.namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).body)
+        assert {q["brokerName"]: q["readQueueNums"] for q in route["queueDatas"]} == {"broker-a": 4, "broker-b": 4}
+        before = state(browser, port)
+        assert before["cluster"] == {"attached": True, "namesrv": cluster.namesrv,
+                                     "disabled": {**DISABLED, "pop": POP_NEEDS_PROXY}}
+        assert set(before["topics"]) == {"TopicTest"}   # the lab's topics, not the cluster's Seed
+        assert before["brokers"] == {"broker-a": {"online": True}, "broker-b": {"online": True}}
+
+        browser.open(f"http://127.0.0.1:{port}/", timeout=10)   # the page sets the CSRF cookie
+        assert any(c.name == "csrftoken" for c in cookie_jar(browser))
+        assert refused(browser, port, "/api/brokers/broker-a/offline", {}) == (400, DISABLED["broker_online"])
+        assert refused(browser, port, "/api/topics/TopicTest/queues", {"delta": 1}) == (400, DISABLED["queues"])
+        assert refused(browser, port, "/api/groups/GID_POP/consumers", {"mode": "pop"}) == (400, POP_NEEDS_PROXY)
+        assert refused(browser, port, "/api/groups/GID_LAB/mode", {"mode": "pop"}) == (400, POP_NEEDS_PROXY)
+        after = state(browser, port)
+        assert (after["topics"], after["brokers"]) == (before["topics"], before["brokers"])
+        assert set(after["groups"]) == {"GID_LAB"} and after["groups"]["GID_LAB"]["mode"] == "push"
+        route = wire.loads(call(cluster.namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).body)
+        assert sum(q["readQueueNums"] for q in route["queueDatas"]) == 8
+
+        # A group someone else started on the cluster is observed there too.
+        require_ali_ons()
+        outside = AliOns.consume(cluster.namesrv, "GID_OUTSIDE", "TopicTest")
+        outside.wait_ready()
+        post(browser, port, "/api/observe", {"group": "GID_OUTSIDE"})
+        wait_until(lambda: state(browser, port)["groups"]["GID_OUTSIDE"]["clients"], timeout=30,
+                   message="the outside client listed")
+        seen = state(browser, port)["groups"]["GID_OUTSIDE"]
+        assert seen["observed"] is True and len(seen["queues"]) == 8
+    finally:
+        if outside is not None:
+            outside.kill()
+        code = lab.stop()
+    assert code == 0, "".join(lab.lines)
+
+
+def silent_name_server():
+    """A port that accepts connections and never answers (a hung name server)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+    threading.Thread(target=lambda: held.append(server.accept()), daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("where", ["nothing listening", "silent", "not an address"])
+def test_runlab_on_a_name_server_that_does_not_answer_exits_1_with_one_line(tmp_path, where):
+    server = silent_name_server() if where == "silent" else None
+    namesrv = {"nothing listening": f"127.0.0.1:{free_port()}", "not an address": "nowhere",
+               "silent": f"127.0.0.1:{server.getsockname()[1] if server else 0}"}[where]
+    env = {**migrated_env(tmp_path), "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, str(REPO / "manage.py"), "runlab", "--namesrv", namesrv,
+                               "--port", str(free_port())], cwd=REPO, capture_output=True, text=True, timeout=30,
+                              env=env)
+    finally:
+        if server is not None:
+            server.close()
+    assert time.monotonic() - started < 10
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cannot reach the name server at {namesrv}: "), done.stderr
