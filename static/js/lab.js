@@ -28,6 +28,7 @@
     topics: {},     // topic -> queue labels
     brokers: {},    // broker -> {online}
     producers: {},  // topic -> {rate, ...}
+    cluster: { attached: false },   // runlab --namesrv: {attached, namesrv, disabled: {control: why}}
     flow: [],       // flow_control events, oldest first
     log: [],        // membership / fault / broker events, oldest first
     seen: new Set(),  // keys of logged events (snapshots repeat them)
@@ -132,6 +133,7 @@
     if (snap.brokers) lab.brokers = snap.brokers;
     if (snap.producers) lab.producers = snap.producers;
     if (snap.broker_process) showBrokerProcess(snap.broker_process);
+    if (snap.cluster) showCluster(snap.cluster);
     if (snap.disk) showDiskUse(snap.disk);
     scheduleRender();
   }
@@ -162,6 +164,35 @@
       banner.textContent = bp.gave_up
         ? `The broker is down and stays down: ${bp.reason}${restarts}.`
         : `The broker is down: ${bp.reason || "it exited"}; restarting…${restarts}`;
+    }
+  }
+
+  // On someone else's cluster some lab controls cannot work: they stay on the page,
+  // disabled, with the reason as their title, and the reasons are listed once in words.
+  const disabledReason = (control) => (lab.cluster.disabled || {})[control] || "";
+
+  function showCluster(cluster) {
+    lab.cluster = cluster;
+    const note = document.getElementById("cluster-note");
+    if (note) {
+      note.hidden = !cluster.attached;
+      const reasons = Object.values(cluster.disabled || {});
+      setText(note, cluster.attached
+        ? `Attached to the cluster at ${cluster.namesrv}.${reasons.length ? ` Disabled: ${reasons.join("; ")}.` : ""}` : "");
+    }
+    disableClusterControls(document);
+  }
+
+  function disableClusterControls(root) {
+    const pop = disabledReason("pop");
+    for (const option of root.querySelectorAll('select[name="mode"] option[value="pop"]')) {
+      option.disabled = !!pop;
+      option.title = pop;
+      if (pop && option.selected) option.parentElement.value = "push";
+    }
+    for (const button of root.querySelectorAll("#queues-form button")) {
+      button.disabled = !!disabledReason("queues");
+      button.title = disabledReason("queues");
     }
   }
 
@@ -389,6 +420,7 @@
       let card = host.querySelector(`.group[data-group="${CSS.escape(name)}"]`);
       if (!card) {
         card = buildGroupCard(lab.groups[name]);
+        disableClusterControls(card);
         host.append(card);
       }
       updateGroupCard(card, lab.groups[name]);
@@ -1091,6 +1123,7 @@
       return el("span", { class: `broker ${online ? "online" : "offline"}`, "data-broker": b, "data-online": online ? "1" : "0" },
         el("span", { class: "dot" }), b, " ",
         el("button", { type: "button", "data-action": online ? "offline" : "online",
+          disabled: !!disabledReason("broker_online"), title: disabledReason("broker_online") || null,
           onclick: (event) => callApi(`/api/brokers/${encodeURIComponent(b)}/${online ? "offline" : "online"}`, {}, event.currentTarget) },
         online ? "take offline" : "bring online"));
     }));
