@@ -1,4 +1,4 @@
-"""The lag recorder (Parquet per minute, bounded memory, flush on close) and the broker sampler."""
+"""The lag recorder (Parquet per 10-s slice named by its minute, bounded memory, flush on close) and the broker sampler."""
 import asyncio
 import json
 
@@ -21,20 +21,24 @@ def _files(root, kind):
     return sorted(p.relative_to(root).as_posix() for p in (root / kind).rglob("*") if p.is_file())
 
 
-def test_files_roll_per_minute_in_date_hour_partitions(tmp_path):
+def test_files_roll_every_ten_seconds_named_by_minute_in_date_hour_partitions(tmp_path):
     recorder = Recorder(tmp_path)
-    recorder.add_snapshot([_row(T0 + s * 1000, q) for s in range(60) for q in range(2)])  # 10:58
-    assert _files(tmp_path, "snapshots") == []  # the minute is still open
-    recorder.add_snapshot([_row(T0 + 60_000)])  # 10:59 starts: 10:58 is written
+    recorder.add_snapshot([_row(T0 + s * 1000, q) for s in range(10) for q in range(2)])  # 10:58:00-09
+    recorder.add_event(make_event("membership", "G", "c1", ts=T0 + 9_500))
+    assert _files(tmp_path, "snapshots") == []  # the slice is still open
+    recorder.add_snapshot([_row(T0 + 10_000)])  # 10:58:10 starts: 10:58:00-10 is written, events too
     assert len(files := _files(tmp_path, "snapshots")) == 1
     assert files[0].startswith("snapshots/date=2026-01-01/hour=10/part-58-") and files[0].endswith(".parquet")
+    assert len(_files(tmp_path, "events")) == 1  # rolled by the snapshots' later slice
+    recorder.add_snapshot([_row(T0 + s * 1000) for s in range(20, 61)])  # up to 10:59:00
+    assert len(_files(tmp_path, "snapshots")) == 6  # 10:58:00, :10, :20, :30, :40, :50
     recorder.add_snapshot([_row(T0 + 120_000)])  # 11:00, the next hour
     recorder.close()  # writes 11:00
     names = _files(tmp_path, "snapshots")
-    assert [n.split("/")[2] + "/" + n.split("/")[3][:7] for n in names] == [
-        "hour=10/part-58", "hour=10/part-59", "hour=11/part-00"]
+    assert [n.split("/")[2] + "/" + n.split("/")[3][:7] for n in names].count("hour=10/part-58") == 6
+    assert [n.split("/")[2] + "/" + n.split("/")[3][:7] for n in names][-2:] == ["hour=10/part-59", "hour=11/part-00"]
     table = ds.dataset(tmp_path / "snapshots", format="parquet", partitioning="hive").to_table()
-    assert table.num_rows == 122
+    assert table.num_rows == 20 + 1 + 41 + 1
     assert table.column("cached_count").to_pylist()[0] == 0  # defaults filled
     assert not list(tmp_path.rglob(".*.tmp"))  # written under a dot-name, then renamed
 

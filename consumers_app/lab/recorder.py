@@ -5,13 +5,15 @@ Layout under ``root`` (``DATA_DIR/recordings`` by default)::
     snapshots/date=YYYY-MM-DD/hour=HH/part-MM-<uuid>.parquet   one row per (group, topic, broker, queue) per sample
     events/date=YYYY-MM-DD/hour=HH/part-MM-<uuid>.parquet      one row per event (consumers_app/events.py)
 
-``MM`` is the minute (UTC) of every row in the file: rows are bucketed by the minute
-of their ``ts`` and a minute's buffer is written when a row of a later minute arrives
-(files roll per minute), when a buffer reaches ``max_rows`` (bounded memory: another
-part file of the same minute), on ``flush()`` and on ``close()`` (nothing is lost on a
-clean stop). A file is written under a dot-name and renamed into place, so a reader
-(Spark ignores dot-files) never sees half a file. The lag job relies on the
-file-name minute to know which windows new files touch.
+``MM`` is the minute (UTC) of every row in the file. Rows are bucketed by the 10-second
+slice of their ``ts`` (``ROLL_MS``) and a slice's buffer is written once a row of a later
+slice arrives, of either kind (files roll every 10 s, so the lag service sees a slice a
+second or so after it ends; events are sparse, snapshots tick every second and roll them
+too), when a buffer reaches ``max_rows`` (bounded memory: another part file of the same
+slice), on ``flush()`` and on ``close()`` (nothing is lost on a clean stop). A slice never
+spans two minutes, so the file name's minute still covers every row (the lag job relies on
+it to know which windows new files touch). A file is written under a dot-name and renamed
+into place, so a reader (Spark ignores dot-files) never sees half a file.
 
 Retention: ``Recorder.prune(older_than_ms, now_ms)`` deletes whole hour partitions (both
 kinds) that ended more than ``older_than_ms`` ago, oldest first, never the current hour;
@@ -67,6 +69,7 @@ log = logging.getLogger(__name__)
 SNAPSHOTS = "snapshots"
 EVENTS = "events"
 HOUR_MS = 3_600_000
+ROLL_MS = 10_000   # a slice per part file: divides a minute, so one file = one minute's name
 
 SNAPSHOT_SCHEMA = pa.schema([
     ("ts", pa.int64()),                          # ms since epoch (UTC)
@@ -95,9 +98,9 @@ EVENT_SCHEMA = pa.schema([
 SCHEMAS = {SNAPSHOTS: SNAPSHOT_SCHEMA, EVENTS: EVENT_SCHEMA}
 
 
-def minute_of(ts_ms: int) -> int:
-    """The ts (ms) of the start of the UTC minute holding ``ts_ms``."""
-    return ts_ms - ts_ms % 60_000
+def slice_of(ts_ms: int) -> int:
+    """The ts (ms) of the start of the 10-second slice holding ``ts_ms``."""
+    return ts_ms - ts_ms % ROLL_MS
 
 
 def partition_dir(root: Path, kind: str, minute_ts_ms: int) -> Path:
@@ -142,11 +145,11 @@ def prune_hours(base: Path, older_than_ms: int, now_ms: int) -> list[Path]:
     return deleted
 
 
-def write_part(root: Path, kind: str, minute_ts_ms: int, table: pa.Table) -> Path:
-    """Write one part file of one minute atomically; returns its path."""
-    directory = partition_dir(root, kind, minute_ts_ms)
+def write_part(root: Path, kind: str, ts_ms: int, table: pa.Table) -> Path:
+    """Write one part file named by the minute of ``ts_ms``, atomically; returns its path."""
+    directory = partition_dir(root, kind, ts_ms)
     directory.mkdir(parents=True, exist_ok=True)
-    minute = datetime.fromtimestamp(minute_ts_ms / 1000, tz=timezone.utc).minute
+    minute = datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).minute
     name = f"part-{minute:02d}-{uuid.uuid4().hex}.parquet"
     scratch = directory / f".{name}.tmp"
     pq.write_table(table, scratch, compression="zstd")
@@ -174,14 +177,15 @@ def _event_row(event: Event) -> dict:
 
 
 class Recorder:
-    """Buffers snapshot rows and events per minute and writes them as Parquet. Thread-safe."""
+    """Buffers snapshot rows and events per 10-s slice and writes them as Parquet. Thread-safe."""
 
     def __init__(self, root: Path | str, max_rows: int = 200_000):
         self.root = Path(root)
         self.max_rows = max_rows
         self._lock = threading.Lock()
-        # kind -> minute ts -> buffered rows
+        # kind -> slice start ts -> buffered rows
         self._buffers: dict[str, dict[int, list[dict]]] = {SNAPSHOTS: {}, EVENTS: {}}
+        self._newest_slice: int | None = None   # over both kinds
         self._closed = False
         self.files_written = 0
 
@@ -200,28 +204,29 @@ class Recorder:
             if self._closed:
                 raise RuntimeError("recorder is closed")
             buffers = self._buffers[kind]
-            newest = None
             for row in rows:
-                minute = minute_of(row["ts"])
-                buffers.setdefault(minute, []).append(row)
-                newest = minute if newest is None else max(newest, minute)
-            # Roll: a minute is complete once a later minute shows up; a full buffer is
-            # written early so memory stays bounded whatever the rate.
-            for minute in sorted(buffers):
-                if minute < newest or len(buffers[minute]) >= self.max_rows:
-                    self._write(kind, minute, buffers.pop(minute))
+                buffers.setdefault(slice_of(row["ts"]), []).append(row)
+            newest = max(slice_of(row["ts"]) for row in rows)
+            self._newest_slice = newest if self._newest_slice is None else max(self._newest_slice, newest)
+            # Roll: a slice is complete once a later slice shows up in either kind (the
+            # once-a-second snapshots roll the sparse events); a full buffer is written
+            # early so memory stays bounded whatever the rate.
+            for buffered_kind, kind_buffers in self._buffers.items():
+                for start in sorted(kind_buffers):
+                    if start < self._newest_slice or len(kind_buffers[start]) >= self.max_rows:
+                        self._write(buffered_kind, start, kind_buffers.pop(start))
 
     def flush(self) -> None:
-        """Write every buffered row now (partial minutes become part files of their own)."""
+        """Write every buffered row now (partial slices become part files of their own)."""
         with self._lock:
             for kind, buffers in self._buffers.items():
-                for minute in sorted(buffers):
-                    self._write(kind, minute, buffers.pop(minute))
+                for start in sorted(buffers):
+                    self._write(kind, start, buffers.pop(start))
 
     def prune(self, older_than_ms: int, now_ms: int) -> list[Path]:
         """Delete the hour partitions of both kinds that ended more than ``older_than_ms``
         before ``now_ms`` (see prune_hours); returns the deleted dirs."""
-        with self._lock:   # a late minute's part file never lands in an hour being deleted
+        with self._lock:   # a late slice's part file never lands in an hour being deleted
             return [d for kind in SCHEMAS for d in prune_hours(self.root / kind, older_than_ms, now_ms)]
 
     def close(self) -> None:
@@ -229,9 +234,9 @@ class Recorder:
         with self._lock:
             self._closed = True
 
-    def _write(self, kind: str, minute: int, rows: list[dict]) -> None:
+    def _write(self, kind: str, slice_start: int, rows: list[dict]) -> None:
         table = pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
-        write_part(self.root, kind, minute, table)
+        write_part(self.root, kind, slice_start, table)
         self.files_written += 1
 
     def __enter__(self):
