@@ -340,7 +340,7 @@ def test_stalled_queue_is_stall_and_rewound_queue_rewind(lab):
 
 def test_incremental_rerun_adds_only_the_new_windows(lab):
     second = lab["second"]
-    assert second.new_files == 2  # the 5th minute: one snapshot and one event file
+    assert second.new_files == 7  # the 5th minute: six 10-s snapshot files and one event file
     # it recomputes from one minute before the new data, not from the start
     assert second.range_ms[0] == T0 + (FIRST_PHASE - 60) * 1000
     before = lab["before"]["queue_windows"]
@@ -388,7 +388,7 @@ def test_recordings_deleted_before_or_while_spark_reads_them_are_skipped(spark, 
     (job.recordings / rels[0]).unlink()   # gone before the read
     snapshots = job._read(spark, SNAPSHOTS, rels, T0, T0 + 180_000, None)
     (job.recordings / rels[1]).unlink()   # gone before the scan
-    assert snapshots.count() == 60 * len(QUEUES)
+    assert snapshots.count() == (180 - 2 * 10) * len(QUEUES)   # two 10-s slices gone
 
 
 def _report(client, fmt, **params):
