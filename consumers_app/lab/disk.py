@@ -44,11 +44,13 @@ def measure(places: DiskPlaces, now_ms: int) -> dict:
     return disk
 
 
-def tree_bytes(path: Path) -> int:
-    """Allocated bytes of a directory tree, 0 if it is not there."""
+def tree_bytes(path: Path, seen: set | None = None) -> int:
+    """Allocated bytes of a directory tree, 0 if it is not there; a file hard-linked more
+    than once in the tree counts once (the lag history's generations share their files)."""
+    seen = set() if seen is None else seen
     try:
         with os.scandir(path) as entries:
-            return sum(_entry_bytes(entry) for entry in entries)
+            return sum(_entry_bytes(entry, seen) for entry in entries)
     except FileNotFoundError:
         return 0
 
@@ -60,13 +62,18 @@ def file_bytes(path: Path) -> int:
         return 0
 
 
-def _entry_bytes(entry: os.DirEntry) -> int:
+def _entry_bytes(entry: os.DirEntry, seen: set) -> int:
     # st_blocks, not st_size (du counts the same): a commit-log segment is created at its
     # full size as a sparse file and allocated as it fills (32 MiB ahead, store.py), so
     # its size says 128 MiB while the disk holds only what was allocated.
     try:
         if entry.is_dir(follow_symlinks=False):
-            return tree_bytes(Path(entry.path))
-        return entry.stat(follow_symlinks=False).st_blocks * 512
+            return tree_bytes(Path(entry.path), seen)
+        stat = entry.stat(follow_symlinks=False)
+        if stat.st_nlink > 1:
+            if (stat.st_dev, stat.st_ino) in seen:
+                return 0
+            seen.add((stat.st_dev, stat.st_ino))
+        return stat.st_blocks * 512
     except FileNotFoundError:   # deleted meanwhile (retention, a prune, an atomic rename)
         return 0

@@ -32,7 +32,7 @@ takes the new files, derives from their minutes (file names) the range of window
 touch - from one minute before the first to the status window after the last - reads
 the recordings of that range plus a look-back (status rules need the past), recomputes
 those windows only, and rewrites the affected hour partitions (kept rows + new rows,
-staged then swapped in). ``since``/``until``/``group`` make a *targeted* run instead:
+staged then swapped in atomically, swap.py). ``since``/``until``/``group`` make a *targeted* run instead:
 recompute that range for that group from every file, state unchanged.
 
 Retention: the lab deletes recordings by the hour (``LAB_RECORDINGS_HOURS``), even while
@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import status as status_rules
+from .swap import swap_in
 from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS, prune_hours
 
 MINUTE = 60_000
@@ -193,15 +194,21 @@ class LagJob:
         self._step += 1
         self.progress(self._step, len(self.STEPS), label)
 
-    def run(self, params: JobParams | None = None) -> JobResult:
+    def run(self, params: JobParams | None = None, lock_wait_s: float = 0.0) -> JobResult:
+        """One run under the output dir's lock; JobBusy if another run (the lag service's
+        pass, the button's lagjob) still holds it after ``lock_wait_s``."""
         params = params or JobParams.from_settings()
         started = time.monotonic()
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / ".lock", "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise JobBusy(f"another lag job is running on {self.out}") from None
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - started >= lock_wait_s:
+                        raise JobBusy(f"another lag job is running on {self.out}") from None
+                    time.sleep(0.2)
             result = self._run_locked(params)
             newest = self.load_state().get("last_ts")
             if newest:
@@ -384,19 +391,9 @@ class LagJob:
         staging = self.out / "_staging" / f"{table}-{uuid.uuid4().hex}"
         # One file per partition (an hour holds ~100k windows for 256 queues at 10 s).
         merged.repartition(*part_cols).write.mode("overwrite").partitionBy(*part_cols).parquet(str(staging))
-        # Swap: every affected partition becomes exactly what was staged (or disappears).
-        staged = {d.relative_to(staging) for d in self._partition_dirs(staging, has_res, hours) if d.is_dir()}
-        for rel in {d.relative_to(target) for d in self._partition_dirs(target, has_res, hours)} | staged:
-            dest = target / rel
-            trash = None
-            if dest.exists():
-                trash = dest.with_name(f".trash-{uuid.uuid4().hex}")
-                os.replace(dest, trash)
-            if rel in staged:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staging / rel, dest)
-            if trash is not None:
-                shutil.rmtree(trash, ignore_errors=True)
+        # Every affected partition becomes exactly what was staged (or disappears), in one
+        # step for readers (swap.py).
+        swap_in(target, staging, {d.relative_to(target) for d in self._partition_dirs(target, has_res, hours)})
         shutil.rmtree(staging, ignore_errors=True)
         count = new_rows.count()
         if not cached:
