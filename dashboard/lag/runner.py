@@ -27,7 +27,7 @@ LOG_FILE = "_job.log"
 _start_lock = threading.Lock()
 
 
-def _now() -> str:
+def utc_now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -48,40 +48,53 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
+def write_json(path: Path, data: dict) -> None:
+    """Write ``path`` atomically: a reader sees the old content or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(data))
+    os.replace(scratch, path)
+
+
 class ProgressFile:
     """What the lagjob command writes as it goes (atomically: readers never see half a file)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.data = {"state": "running", "done": 0, "total": 0, "label": "starting", "pid": os.getpid(),
-                     "started": _now(), "finished": None, "result": None, "error": None}
+                     "started": utc_now_iso(), "finished": None, "result": None, "error": None}
 
     def write(self, **changes) -> None:
         self.data.update(changes)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        scratch.write_text(json.dumps(self.data))
-        os.replace(scratch, self.path)
+        write_json(self.path, self.data)
 
     def progress(self, done: int, total: int, label: str) -> None:
         self.write(done=done, total=total, label=label)
 
     def finish(self, result: dict) -> None:
         total = self.data["total"] or 1
-        self.write(state="done", finished=_now(), result=result, label="done", done=total, total=total)
+        self.write(state="done", finished=utc_now_iso(), result=result, label="done", done=total, total=total)
 
     def fail(self, error: str) -> None:
-        self.write(state="failed", finished=_now(), error=error)
+        self.write(state="failed", finished=utc_now_iso(), error=error)
 
 
-def job_status(lag_dir: Path | None = None) -> dict:
-    path = Path(lag_dir or default_lag_dir()) / STATUS_FILE
+def read_running(path: Path) -> dict | None:
+    """A status file written by a process (``pid``); a "running" one whose process is gone
+    reads as "failed". None if there is none."""
     try:
         data = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
-        return {"state": "idle", "done": 0, "total": 0, "label": "", "result": None, "error": None}
+        return None
     if data.get("state") == "running" and not _alive(data.get("pid")):
-        data.update(state="failed", error=data.get("error") or "the job process ended without finishing")
+        data.update(state="failed", error=data.get("error") or "the process ended without finishing")
+    return data
+
+
+def job_status(lag_dir: Path | None = None) -> dict:
+    data = read_running(Path(lag_dir or default_lag_dir()) / STATUS_FILE)
+    if data is None:
+        return {"state": "idle", "done": 0, "total": 0, "label": "", "result": None, "error": None}
     data["fraction"] = round(data["done"] / data["total"], 3) if data.get("total") else 0.0
     return data
 

@@ -20,6 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("--group", help="recompute this consumer group only")
         parser.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*]; $SPARK_REMOTE wins)")
         parser.add_argument("--progress-file", help="also write progress as JSON here (the web page polls it)")
+        parser.add_argument("--lock-wait", type=float, default=60.0, metavar="SECONDS",
+                            help="wait this long for a running lag job (e.g. the lag service's pass) to finish")
 
     def handle(self, *args, **options):
         try:
@@ -47,7 +49,8 @@ class Command(BaseCommand):
             progress_file.write()
         job = LagJob(master=options["master"], progress=progress)
         try:
-            result = job.run(JobParams.from_settings(since_ms=since, until_ms=until, group=options["group"]))
+            result = job.run(JobParams.from_settings(since_ms=since, until_ms=until, group=options["group"]),
+                             lock_wait_s=options["lock_wait"])
         except JobBusy as exc:
             if progress_file:
                 progress_file.fail(str(exc))

@@ -1,0 +1,39 @@
+"""``manage.py lagservice``: keep the lag history fresh (dashboard/lag/service.py).
+
+One warm Spark session for the process's life; a pass every ``--period`` seconds. Started
+by runlab (LAB_LAG_SERVICE) it dies with runlab; by hand, Ctrl-C stops it after the pass.
+``--verbosity 0`` prints only when it pauses or resumes.
+"""
+import signal
+
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Fold new recordings into the lag history every few seconds, in one warm Spark session."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--period", type=float, default=10.0, help="seconds from one pass's start to the next")
+        parser.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*]; $SPARK_REMOTE wins)")
+
+    def handle(self, *args, period, master, verbosity, **options):
+        from consumers_app.lab.lifeline import die_with_parent
+        from dashboard.lag.job import JobParams, LagJob
+        from dashboard.lag.service import LagService
+
+        die_with_parent()   # started by runlab: never outlive it
+
+        def say(line: str) -> None:
+            self.stdout.write(line)
+            self.stdout.flush()
+
+        job = LagJob(master=master)
+        service = LagService(job, JobParams.from_settings, period_s=period, say=say, verbose=verbosity >= 1)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: service.stopping.set())
+        say(f"lag service: a pass every {period:g} s into {job.out}")
+        try:
+            service.run()
+        finally:
+            job.close()
+        say("lag service stopped")
