@@ -152,6 +152,8 @@ LAB_MAX_TOPIC_QUEUES = int(os.environ.get("LAB_MAX_TOPIC_QUEUES", "1024"))
 # its newest window (the lag job, at the end of each run).
 LAB_RECORDINGS_HOURS = float(os.environ.get("LAB_RECORDINGS_HOURS", "24"))
 LAB_HISTORY_DAYS = float(os.environ.get("LAB_HISTORY_DAYS", "7"))
+# runlab keeps the lag history fresh with a supervised `manage.py lagservice` (one more JVM); 0 turns it off.
+LAB_LAG_SERVICE = os.environ.get("LAB_LAG_SERVICE", "1") != "0"
 LOGIN_FAILURES_PER_MINUTE = int(os.environ.get("LOGIN_FAILURES_PER_MINUTE", "10"))
 
 LOGGING = {

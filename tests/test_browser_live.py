@@ -35,7 +35,7 @@ def lab(tmp_path_factory):
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed (make chromium)")
     data = tmp_path_factory.mktemp("lab")
-    env = {"LAB_DATA_DIR": str(data), "LAB_BROKER": f"127.0.0.1:{free_port()}"}
+    env = {"LAB_DATA_DIR": str(data), "LAB_BROKER": f"127.0.0.1:{free_port()}", "LAB_LAG_SERVICE": "0"}
     migrate = manage_py("migrate", "--noinput", "-v", "0", env=env)
     assert migrate.wait(120) == 0, migrate.stdout.read()
     process = manage_py("runlab", "--host", "127.0.0.1", "--port", str(free_port()), *FAST_LAB, env=env)

@@ -35,7 +35,8 @@ def children_of(pid: int) -> list[int]:
 
 
 def migrated_env(tmp_path, **extra) -> dict:
-    env = {"LAB_DATA_DIR": str(tmp_path), "LAB_BROKER": f"127.0.0.1:{free_port()}", **extra}
+    """A migrated data dir; the lag service off (a JVM per lab would slow the suite) unless ``extra`` says 1."""
+    env = {"LAB_DATA_DIR": str(tmp_path), "LAB_BROKER": f"127.0.0.1:{free_port()}", "LAB_LAG_SERVICE": "0", **extra}
     migrate = manage_py("migrate", "--noinput", "-v", "0", env=env)
     assert migrate.wait(120) == 0, migrate.stdout.read()
     return env

@@ -51,13 +51,15 @@ class LabRuntime:
     and stopped after it (None when the broker is someone else's); ``broker_data_dir``
     and ``commitlog_budget`` (bytes) are its data dir and retention, for the disk figures.
     ``cluster``: a ClusterAdmin when the lab runs on an existing cluster (no broker of its
-    own); ``broker_address`` is then that cluster's proxy, for pop groups ("" = none)."""
+    own); ``broker_address`` is then that cluster's proxy, for pop groups ("" = none).
+    ``lag_service``: another supervised child (start/stop) runlab may add, started with
+    the broker (nothing waits for it) and stopped first."""
 
     def __init__(self, broker_address: str, *, scenario: bool, out, url: str | None = None,
                  client_options: dict | None = None, pool_size: int = 2, broker=None,
                  memory: LabMemory | None = None, fresh: bool = False, login_url=None,
                  broker_data_dir: Path | None = None, commitlog_budget: int | None = None,
-                 cluster: ClusterAdmin | None = None):
+                 cluster: ClusterAdmin | None = None, lag_service=None):
         self.cluster = cluster
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
@@ -70,6 +72,7 @@ class LabRuntime:
         self.memory = memory
         self.fresh = fresh
         self.broker = broker
+        self.lag_service = lag_service
         self.scenario = scenario
         self.out = out
         self.url = url
@@ -91,6 +94,8 @@ class LabRuntime:
             self.say("broker ready")
         if self.cluster is not None:
             self.use_namesrv(self.cluster.namesrv)
+        if self.lag_service is not None:
+            await self.lag_service.start()
         scenario = await self.starting_scenario()
         self.say("starting workers…")
         await self.controller.start(scenario)
@@ -130,6 +135,8 @@ class LabRuntime:
         return line
 
     async def stop(self) -> None:
+        if self.lag_service is not None:
+            await self.lag_service.stop()
         self.say("stopping workers…")
         await self.controller.stop()
         if self.broker is not None:   # last: the consumers have said goodbye and committed

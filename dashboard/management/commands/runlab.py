@@ -3,9 +3,11 @@
 0. Take the data directory (one lab per data dir: a second one exits 1 naming the first).
 1. ``runbroker`` as a supervised child process on settings.LAB_BROKER (data in
    settings.LAB_BROKER_DATA_DIR), restarted if it dies (consumers_app/lab/broker_process.py).
+   With LAB_LAG_SERVICE (on by default), ``lagservice`` too: the lag history keeps itself
+   fresh (dashboard/lag/service_process.py).
 2. ``runweb`` in this process: daphne plus the controller, which starts the workers
    and the default scenario (unless --no-scenario), then prints a one-time login URL.
-3. SIGINT/SIGTERM: workers, then web, then the broker stop cleanly. If this process is
+3. SIGINT/SIGTERM: the lag service, workers, then web, then the broker stop cleanly. If this process is
    SIGKILLed, every child follows it (consumers_app/lab/lifeline.py).
 
 With ``--namesrv HOST:PORT`` (or LAB_NAMESRV) step 1 is replaced: the lab runs on that
@@ -28,6 +30,7 @@ from consumers_app.lab.runtime import LabRuntime, parse_client_options
 from consumers_app.lab.webserver import run_web
 from consumers_app.management.commands.runbroker import Command as RunBroker
 from dashboard.auth import issue_login_token
+from dashboard.lag.service_process import LagServiceProcess
 
 
 class Command(BaseCommand):
@@ -72,7 +75,8 @@ class Command(BaseCommand):
             self.say("migrating database…")
             call_command("migrate", interactive=False, verbosity=0)
             common = dict(scenario=not no_scenario, out=self.stdout, url=url, client_options=client_options,
-                          pool_size=workers, memory=LabMemory(), fresh=fresh, login_url=lambda: self.login_url(url))
+                          pool_size=workers, memory=LabMemory(), fresh=fresh, login_url=lambda: self.login_url(url),
+                          lag_service=self.lag_service_process() if settings.LAB_LAG_SERVICE else None)
             if namesrv:
                 runtime = LabRuntime(settings.LAB_PROXY, cluster=ClusterAdmin(namesrv), **common)
             else:
@@ -113,6 +117,11 @@ class Command(BaseCommand):
     def broker_process(self, broker_args) -> BrokerProcess:
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbroker", *broker_args]
         return BrokerProcess(argv, settings.LAB_BROKER, cwd=settings.BASE_DIR, out=self.stdout)
+
+    def lag_service_process(self) -> LagServiceProcess:
+        # Verbosity 0: runlab's output shows when the service pauses or resumes, not every pass.
+        argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "lagservice", "--verbosity", "0"]
+        return LagServiceProcess(argv, cwd=settings.BASE_DIR, out=self.stdout)
 
     @staticmethod
     async def login_url(url: str) -> str:
