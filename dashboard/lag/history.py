@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from .job import STATE_FILE, TABLE_HAS_RES, list_recordings
@@ -66,6 +67,19 @@ class LagHistory:
             return {}
         df = t.to_pandas().groupby("group").agg(first=("window_start", "min"), last=("window_end", "max"))
         return {g: (row["first"], row["last"]) for g, row in df.iterrows()}
+
+    def newest_window_end(self, now_ms: int, res: str = "10s") -> pd.Timestamp | None:
+        """The end of the newest complete window (``window_end <= now``) of any group, over
+        the last day: the marker the history page polls to know there is more to draw."""
+        dataset = self._dataset("group_windows")
+        if dataset is None:
+            return None
+        now = pa.scalar(_utc(now_ms), pa.timestamp("us", "UTC"))
+        f = ((ds.field("res") == res) & (ds.field("date") >= f"{_utc(now_ms - 86_400_000):%Y-%m-%d}")
+             & (ds.field("window_end") <= now))
+        ends = dataset.to_table(columns=["window_end"], filter=f).column("window_end")
+        newest = pc.max(ends).as_py() if len(ends) else None
+        return pd.Timestamp(newest) if newest is not None else None
 
     def windows(self, table: str, group: str, from_ms: int | None = None, to_ms: int | None = None,
                 res: str | None = None, start_col: str = "window_start", end_col: str = "window_end") -> pd.DataFrame:

@@ -1,6 +1,8 @@
 """The history page, its JSON endpoints, the job button, and report downloads."""
 from __future__ import annotations
 
+import time
+
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_http_methods
@@ -8,9 +10,10 @@ from django.views.decorators.http import require_GET, require_http_methods
 from ..security import REPORT_POLICY
 
 from .access import read_access, write_access
-from .history import LagHistory, parse_time, to_iso
+from .history import LagHistory, default_lag_dir, parse_time, to_iso
 from .reports import FORMATS, ReportError, build_report, parse_query
 from .runner import job_status, start_job
+from .service import service_status
 
 # Above this span the page is drawn from 1-minute windows (keeps the JSON small).
 AUTO_10S_MAX_MS = 2 * 3_600_000
@@ -83,7 +86,11 @@ def data_json(request):
 
 @read_access
 def _job_status(request):
-    return JsonResponse(job_status())
+    """The button's job, the lag service ("paused": why) and the newest complete 10-s
+    window: the page polls this and redraws when that marker moves."""
+    newest = LagHistory().newest_window_end(int(time.time() * 1000))
+    return JsonResponse({**job_status(), "service": service_status(default_lag_dir()),
+                         "newest_window_end": to_iso(newest) if newest is not None else None})
 
 
 @write_access

@@ -1,5 +1,7 @@
 // Lag history page: loads /history/data.json for a group and range and draws it with
-// plotly.js (served from static, no CDN); runs the lag job and polls its progress.
+// plotly.js (served from static, no CDN); runs the lag job and polls its progress. Every
+// 10 s it asks the job endpoint for the newest complete window (the lag service keeps it
+// moving) and redraws when it moved; From/To follow the data until the user sets them.
 (function () {
   "use strict";
   const root = document.getElementById("history");
@@ -9,6 +11,9 @@
   const STATUS_COLORS = ["#2e9e44", "#e0a800", "#e8590c", "#c92a2a", "#7048e8"];
   const csrf = () => (root.querySelector("input[name=csrfmiddlewaretoken]") || {}).value || "";
   let polling = null;
+  let newestWindow = null;   // the marker last drawn
+  let pinned = false;        // the user set From/To: keep them
+  const WATCH_MS = 10000;
 
   // datetime-local inputs hold UTC wall-clock time (the page says so).
   const toInput = (iso) => (iso ? iso.replace("Z", "").slice(0, 19) : "");
@@ -104,12 +109,17 @@
       layout("Status per queue", { height: Math.max(240, 24 * labels.length + 120), legend: {} }));
   }
 
-  async function load() {
+  function followData() {
+    const o = $("h-group").selectedOptions[0];
+    if (o && !pinned) { $("h-from").value = toInput(o.dataset.first); $("h-to").value = toInput(o.dataset.last); }
+  }
+
+  async function load(quiet) {
     updateReportLinks();
     if (!$("h-group").value) return;
     const p = params(); p.set("res", $("h-res").value);
     try {
-      message("loading...");
+      if (!quiet) message("loading...");
       const data = await getJson(root.dataset.dataUrl + "?" + p.toString());
       draw(data);
       message(Object.keys(data.queues).length ? "" : "No windows in this range.");
@@ -127,6 +137,31 @@
     $("h-job-label").textContent = label;
     $("h-job").disabled = job.state === "running" || root.dataset.canRun !== "1";
     if (job.state === "running" && !polling) polling = setInterval(poll, 1000);
+    showService(job.service);
+  }
+
+  function showService(service) {
+    if (!service) return;
+    const el = $("h-service");
+    el.textContent = service.paused ? "history paused: " + service.paused
+      : service.state === "running" ? "live: new windows every ~10 s" : "";
+    el.className = service.paused ? "error" : "hint";
+  }
+
+  // The light poll: redraw only when the newest complete window moved.
+  async function watch() {
+    try {
+      const job = await getJson(root.dataset.jobUrl);
+      showJob(job);
+      if (job.newest_window_end && job.newest_window_end !== newestWindow) {
+        newestWindow = job.newest_window_end;
+        await loadGroups();
+        followData();
+        await load(true);
+      }
+    } catch (e) {
+      message(e.message, true);
+    }
   }
 
   async function poll() {
@@ -154,15 +189,12 @@
 
   $("h-load").addEventListener("click", load);
   $("h-job").addEventListener("click", runJob);
-  $("h-group").addEventListener("change", () => {
-    const o = $("h-group").selectedOptions[0];
-    if (o) { $("h-from").value = toInput(o.dataset.first); $("h-to").value = toInput(o.dataset.last); }
-    load();
-  });
-  ["h-from", "h-to"].forEach((id) => $(id).addEventListener("change", updateReportLinks));
-  loadGroups().then(() => {
-    const o = $("h-group").selectedOptions[0];
-    if (o) { $("h-from").value = toInput(o.dataset.first); $("h-to").value = toInput(o.dataset.last); }
-    load();
-  }).catch((e) => message(e.message, true));
+  $("h-group").addEventListener("change", () => { pinned = false; followData(); load(); });
+  ["h-from", "h-to"].forEach((id) => $(id).addEventListener("change", () => {
+    pinned = Boolean($("h-from").value || $("h-to").value);   // cleared both: follow the data again
+    updateReportLinks();
+  }));
+  loadGroups().then(() => { followData(); return load(); })
+    .then(watch).catch((e) => message(e.message, true))
+    .finally(() => setInterval(watch, WATCH_MS));
 })();
