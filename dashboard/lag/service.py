@@ -2,9 +2,11 @@
 
 ``manage.py lagservice`` (runlab starts it, see LAB_LAG_SERVICE) runs ``LagService.run``:
 each pass folds the recordings not processed yet into the history (LagJob, incremental),
-then it waits until ``period_s`` after the pass started. The recorder rolls a file every
-10 s, so the newest complete 10-s window is about 10-20 s old plus one pass. A cold JVM
-costs 20-30 s; kept warm, a pass over a few new files takes seconds.
+then it waits for the next slot: ``offset_s`` after a wall-clock multiple of ``period_s``.
+The recorder writes a 10-s slice about a second after it ends, so a pass starting 2 s
+after it finds the slice's file: the newest complete window is then 10 s + 2 s + one pass
+old at worst (a pass at an arbitrary phase would add up to 10 s). A cold JVM costs 20-30
+s; kept warm, a pass over a few new files takes a few seconds.
 
 A pass that finds the output locked (the "Run lag job" button's run) waits for the next
 period. A failing pass (Spark down, unreadable files) pauses the service: it retries with
@@ -36,13 +38,20 @@ def service_status(lag_dir: Path) -> dict:
     return data
 
 
+def next_slot(now: float, period_s: float, offset_s: float) -> float:
+    """The first wall-clock time after ``now`` that is ``offset_s`` past a multiple of ``period_s``."""
+    return now - (now - offset_s) % period_s + period_s
+
+
 class LagService:
     def __init__(self, job: LagJob, params: Callable[[], JobParams], *, period_s: float = 10.0,
+                 offset_s: float = 2.0,
                  max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
                  verbose: bool = True):
         self.job = job
         self.params = params   # read per pass: a bad setting pauses the service, it does not end it
         self.period_s = period_s
+        self.offset_s = offset_s
         self.max_backoff_s = max_backoff_s
         self.say = say
         self.verbose = verbose
@@ -60,8 +69,7 @@ class LagService:
         failures = 0
         try:
             while not self.stopping.is_set():
-                started = time.monotonic()
-                wait = self.period_s
+                backoff = 0.0
                 try:
                     self.pass_once()
                     failures = 0
@@ -69,11 +77,12 @@ class LagService:
                     self._log("the lag job's lock is held (a \"Run lag job\" run): next pass after it")
                 except Exception as exc:  # noqa: BLE001 - the service outlives a bad pass
                     failures += 1
-                    wait = min(self.max_backoff_s, self.period_s * 2 ** failures)
+                    backoff = min(self.max_backoff_s, self.period_s * 2 ** failures)
                     reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                     self._write(state="paused", paused=reason)
-                    self.say(f"paused: {reason}; retrying in {wait:g} s")
-                self.stopping.wait(max(0.0, started + wait - time.monotonic()))
+                    self.say(f"paused: {reason}; retrying in {backoff:g} s")
+                slot = next_slot(time.time() + backoff, self.period_s, self.offset_s)
+                self.stopping.wait(max(0.0, slot - time.time()))
         finally:
             self._write(state="stopped")
 
