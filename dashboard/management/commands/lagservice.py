@@ -4,6 +4,7 @@ One warm Spark session for the process's life; a pass every ``--period`` seconds
 by runlab (LAB_LAG_SERVICE) it dies with runlab; by hand, Ctrl-C stops it after the pass.
 ``--verbosity 0`` prints only when it pauses or resumes.
 """
+import os
 import signal
 
 from django.core.management.base import BaseCommand
@@ -22,6 +23,9 @@ class Command(BaseCommand):
         from dashboard.lag.service import LagService
 
         die_with_parent()   # started by runlab: never outlive it
+        # History is background work: the broker, the consumers and the page come first on a
+        # small machine (the JVM it starts inherits this).
+        os.nice(10)
 
         def say(line: str) -> None:
             self.stdout.write(line)
