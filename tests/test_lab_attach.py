@@ -119,3 +119,43 @@ def test_runlab_on_a_name_server_that_does_not_answer_exits_1_with_one_line(tmp_
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"cannot reach the name server at {namesrv}: "), done.stderr
+
+
+def test_runlab_attached_to_an_existing_topic_runs_the_scenario_on_it(cluster, tmp_path):
+    import http.cookiejar
+    import urllib.request
+
+    port = free_port()
+    lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--namesrv", cluster.namesrv,
+                 "--topic", "Seed", "--client-option=*.heartbeat_interval_ms=1000", env=migrated_env(tmp_path))
+    try:
+        url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        assert browser.open(url, timeout=10).status == 200
+
+        def settled():
+            snap = state(browser, port)
+            group = snap["groups"].get("GID_LAB", {})
+            owners = [q["owners"] for q in group.get("queues", {}).values()]
+            return (group.get("topic") == "Seed" and len(group.get("assignments", {})) == 3
+                    and sorted(group["queues"]) == ["broker-a:0", "broker-b:0"]
+                    and all(len(o) == 1 for o in owners) and snap)
+        snap = wait_until(settled, timeout=30, message="GID_LAB sharing Seed's two queues")
+        assert "Seed" in snap["producers"]
+        # Adopted, not resized: Seed still has one queue on each broker.
+        route = wire.loads(call(cluster.namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": "Seed"}).body)
+        assert sorted((q["brokerName"], q["readQueueNums"]) for q in route["queueDatas"]) == [
+            ("broker-a", 1), ("broker-b", 1)]
+    finally:
+        code = lab.stop()
+    assert code == 0, "".join(lab.lines)
+
+
+def test_runlab_attached_to_a_missing_topic_exits_1_with_one_line(cluster, tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "manage.py"), "runlab", "--namesrv", cluster.namesrv,
+                           "--topic", "NoSuchTopic", "--port", str(free_port())], cwd=REPO, capture_output=True,
+                          text=True, timeout=30, env={**migrated_env(tmp_path), "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"the cluster at {cluster.namesrv} has no topic 'NoSuchTopic'"), done.stderr

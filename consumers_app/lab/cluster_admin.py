@@ -52,14 +52,21 @@ def attachment(namesrv: str, proxy: str) -> dict:
     return {"attached": True, "namesrv": namesrv, "disabled": disabled}
 
 
-async def reach(namesrv: str, timeout: float = 3.0) -> list[str]:
-    """The cluster's broker names, or ClusterUnreachable: what runlab checks before starting."""
+async def reach(namesrv: str, timeout: float = 3.0, topic: str | None = None) -> list[str]:
+    """The cluster's broker names, or ClusterUnreachable: what runlab checks before starting
+    (and that ``topic``, when named, exists there)."""
     host, _, port = namesrv.rpartition(":")
     if not host or not port.isdigit():
         raise ClusterUnreachable(f"cannot reach the name server at {namesrv}: not HOST:PORT")
     cluster = Cluster(namesrv, timeout)
     try:
         brokers = await cluster.brokers()
+        if brokers and topic is not None:
+            try:
+                await cluster.route(topic)
+            except NotObservable:
+                raise ClusterUnreachable(f"the cluster at {namesrv} has no topic {topic!r} "
+                                         f"(create it with mqadmin updateTopic, or leave out --topic)") from None
     except (OSError, TimeoutError, NotObservable) as exc:
         raise ClusterUnreachable(f"cannot reach the name server at {namesrv}: "
                                  f"{exc or f'no answer in {timeout:g} s'}") from None
@@ -93,6 +100,14 @@ class ClusterAdmin:
 
     async def close(self) -> None:
         await self.cluster.close()
+
+    async def broker_names(self) -> list[str]:
+        """The cluster's brokers, in RocketMQ's order."""
+        return sorted(await self.cluster.brokers(), key=java_key)
+
+    async def has_topic(self, topic: str) -> bool:
+        queues, _ = await self._route(topic)
+        return bool(queues)
 
     async def _within(self, timeout, call):
         return await asyncio.wait_for(call, timeout) if timeout is not None else await call

@@ -12,7 +12,7 @@ from .cluster_admin import ClusterAdmin, attachment
 from .controller import LabController, Limits
 from .disk import DiskPlaces
 from .persistence import LabMemory
-from .scenario import DEFAULT
+from .scenario import DEFAULT, on_cluster
 
 
 def parse_client_options(items) -> dict:
@@ -59,8 +59,9 @@ class LabRuntime:
                  client_options: dict | None = None, pool_size: int = 2, broker=None,
                  memory: LabMemory | None = None, fresh: bool = False, login_url=None,
                  broker_data_dir: Path | None = None, commitlog_budget: int | None = None,
-                 cluster: ClusterAdmin | None = None, lag_service=None):
+                 cluster: ClusterAdmin | None = None, lag_service=None, topic: str | None = None):
         self.cluster = cluster
+        self.topic = topic   # on a cluster: an existing topic the scenario runs on (runlab --topic)
         self.controller = LabController(
             broker_address, client_options=client_options, pool_size=pool_size,
             recorder_root=settings.DATA_DIR / "recordings", memory=memory,
@@ -123,6 +124,10 @@ class LabRuntime:
         if saved is not None:
             self.say("restoring the lab as it was left (runlab --fresh starts anew)")
             return saved
+        if self.cluster is not None:
+            if self.topic is not None:
+                self.cluster.topics.add(self.topic)   # adopted, not created: the lab lists it
+            return on_cluster(await self.cluster.broker_names(), self.topic)
         return DEFAULT
 
     async def login_line(self) -> str:

@@ -59,3 +59,16 @@ DEFAULT = Scenario(
     producers={"TopicTest": 200},
     groups=(GroupSpec("GID_LAB", "TopicTest", mode="push", strategy="AVG", consumers=3),),
 )
+
+
+def on_cluster(brokers: list[str], topic: str | None = None) -> Scenario:
+    """The default scenario on a cluster the lab did not start (``runlab --namesrv``): on
+    ``topic`` if given (an existing topic, never created or resized), else TopicTest with
+    the default's 8 queues created on the cluster's first two brokers (all 8 on one)."""
+    if topic is not None:
+        return Scenario(producers={topic: 200}, groups=(GroupSpec("GID_LAB", topic, mode="push", strategy="AVG",
+                                                                  consumers=3),))
+    first = brokers[:2]
+    per_broker = 8 // len(first)
+    return Scenario(topics={"TopicTest": {b: per_broker for b in first}}, producers=DEFAULT.producers,
+                    groups=DEFAULT.groups)

@@ -54,15 +54,20 @@ class Command(BaseCommand):
         parser.add_argument("--namesrv", default=settings.LAB_NAMESRV, metavar="HOST:PORT",
                             help="run on the existing RocketMQ cluster of this name server instead of "
                                  "starting a broker (env LAB_NAMESRV)")
+        parser.add_argument("--topic", metavar="TOPIC",
+                            help="with --namesrv: run the default scenario on this existing topic instead "
+                                 "of creating TopicTest")
 
     def handle(self, *args, host, port, no_scenario, broker_arg, client_option, workers, fresh, namesrv_port,
-               remoting_port, namesrv, **options):
+               remoting_port, namesrv, topic, **options):
         try:
             client_options = parse_client_options(client_option)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        if topic is not None and not namesrv:
+            raise CommandError("--topic names an existing topic of a cluster: use it with --namesrv")
         if namesrv:
-            self.check_cluster(namesrv)
+            self.check_cluster(namesrv, topic)
         url = f"http://{host}:{port}"
         lock = DataDirLock(settings.DATA_DIR)
         try:
@@ -78,7 +83,7 @@ class Command(BaseCommand):
                           pool_size=workers, memory=LabMemory(), fresh=fresh, login_url=lambda: self.login_url(url),
                           lag_service=self.lag_service_process() if settings.LAB_LAG_SERVICE else None)
             if namesrv:
-                runtime = LabRuntime(settings.LAB_PROXY, cluster=ClusterAdmin(namesrv), **common)
+                runtime = LabRuntime(settings.LAB_PROXY, cluster=ClusterAdmin(namesrv), topic=topic, **common)
             else:
                 broker_args = self.broker_args([f"--namesrv-port={namesrv_port}", f"--remoting-port={remoting_port}",
                                                 *broker_arg])
@@ -94,12 +99,13 @@ class Command(BaseCommand):
         if not ok:
             sys.exit(1)
 
-    def check_cluster(self, namesrv: str) -> None:
-        """Exit 1 with one line on stderr unless the name server answers with its brokers."""
+    def check_cluster(self, namesrv: str, topic: str | None) -> None:
+        """Exit 1 with one line on stderr unless the name server answers with its brokers
+        (and has ``topic``, when one is named)."""
         # A loop of its own, not asyncio.run: that would leave no current loop for daphne's reactor.
         loop = asyncio.new_event_loop()
         try:
-            brokers = loop.run_until_complete(reach(namesrv))
+            brokers = loop.run_until_complete(reach(namesrv, topic=topic))
         except ClusterUnreachable as exc:
             self.stderr.write(str(exc))
             sys.exit(1)
