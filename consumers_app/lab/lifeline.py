@@ -26,6 +26,10 @@ from pathlib import Path
 PARENT_ENV = "LAB_PARENT_PID"
 PR_SET_PDEATHSIG = 1
 WATCHDOG_INTERVAL_S = 1.0
+# After the parent is gone a child gets this long to stop gracefully before it exits hard:
+# everything a SIGKILLed lab started must be gone within 10 s, and a worker's clients may
+# be waiting on a broker that is going down at the same moment.
+PARENT_GONE_GRACE_S = 5.0
 
 
 def child_env(env: dict | None = None) -> dict:
@@ -54,7 +58,7 @@ def die_with_parent() -> None:
             time.sleep(WATCHDOG_INTERVAL_S)
             if os.getppid() != parent_pid:
                 os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(10)           # the graceful path had its chance
+                time.sleep(PARENT_GONE_GRACE_S)   # the graceful path had its chance
                 os._exit(1)
 
     threading.Thread(target=watch, name="lifeline", daemon=True).start()
