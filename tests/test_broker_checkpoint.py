@@ -19,7 +19,7 @@ from consumers_app.broker.store import (CQ_ENTRY, CQ_ROW, HEADER, MessageStore, 
                                         encode_entries)
 from consumers_app.protocol import lab
 
-from .support import REPO, async_wait_until
+from .support import REPO, async_wait_until, wait_until
 
 SEG = 8192          # a few 1 KiB records per segment: many segments, segment rolls
 PER_FILE = 8        # entries per consume-queue file: many files per queue
@@ -192,6 +192,16 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def checkpoints_seen(data, seen: set) -> int:
+    """How many distinct checkpoint files (by mtime and size) ``seen`` has collected so far."""
+    try:
+        st = (data / "consumequeue" / "checkpoint").stat()
+    except FileNotFoundError:
+        return len(seen)
+    seen.add((st.st_mtime_ns, st.st_size))
+    return len(seen)
+
+
 def test_sigkill_mid_write_recovers_what_a_full_scan_does(tmp_path):
     """A child appends and checkpoints (every 5 ms, in a thread, as the broker does) until
     SIGKILL; each time the checkpoint path must rebuild exactly what the full scan does."""
@@ -202,7 +212,12 @@ def test_sigkill_mid_write_recovers_what_a_full_scan_does(tmp_path):
                                  stdout=subprocess.PIPE, text=True)
         try:
             assert child.stdout.readline().strip() == "ready"
-            time.sleep(0.15 + 0.1 * round_)
+            # Killed once this round's writing has been checkpointed a few times (more each
+            # round), so the kill lands between checkpoints with a tail after the last.
+            seen: set = set()
+            checkpoints_seen(data, seen)   # the one left by the previous round
+            wait_until(lambda: checkpoints_seen(data, seen) >= 3 + round_, timeout=30, interval=0.002,
+                       message="checkpoints written while the child appends")
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait()
