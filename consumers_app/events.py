@@ -134,12 +134,17 @@ class FlowControlEvent(Event):
 
 @dataclass(kw_only=True, slots=True)
 class ConsumeEvent(Event):
-    """Messages the listener finished in the last interval."""
+    """Messages the listener finished in the last interval; ``ranges``: the queue offsets
+    it was given, per queue, as ``[start, end)`` pairs (push and lite pull; pop shares
+    queues and has none)."""
     type: ClassVar[str] = "consume"
+    queue_key_fields: ClassVar[tuple[str, ...]] = ("ranges",)
+    topic: str | None = None          # the subscribed topic: its queues are written BROKER:QID
     interval_ms: int = 0
     ok: int = 0
     retry: int = 0
     fail: int = 0
+    ranges: dict[MessageQueue, list[list[int]]] | None = None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -209,6 +209,14 @@ async def group_strategy_preview(request, group):
     return await bus.request("preview_strategy", group=group, strategy=_one_of("strategy", strategy, STRATEGY_NAMES))
 
 
+@lab_view("GET")
+async def group_rebalance(request, group, rebalance_id):
+    """One rebalance of the last 15 minutes with its hand-offs (consumers_app/lab/handoff.py)."""
+    if request.GET:
+        raise BadRequest(f"unknown query parameter(s): {', '.join(sorted(request.GET))}")
+    return await bus.request("rebalance", group=group, rebalance_id=rebalance_id)
+
+
 @lab_view("POST")
 async def group_mode(request, group):
     mode = body(request, {"mode": "name"})["mode"]

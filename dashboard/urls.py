@@ -11,6 +11,7 @@ api_patterns = [
     path("state", api.state, name="api-state"),
     path("groups/<str:group>/strategy", api.group_strategy, name="api-group-strategy"),
     path("groups/<str:group>/strategy/preview", api.group_strategy_preview, name="api-group-strategy-preview"),
+    path("groups/<str:group>/rebalances/<int:rebalance_id>", api.group_rebalance, name="api-group-rebalance"),
     path("groups/<str:group>/mode", api.group_mode, name="api-group-mode"),
     path("groups/<str:group>/consumers", api.group_consumers, name="api-group-consumers"),
     re_path(rf"^consumers/(?P<client_id>[^/]+)/(?P<action>{CONSUMER_ACTION})$", api.consumer_action,

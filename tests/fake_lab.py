@@ -17,6 +17,7 @@ from consumers_app.allocate import STRATEGY_NAMES, get_strategy, sort_for_alloca
 from consumers_app.events import make_event, now_ms
 from consumers_app.lab import bus
 from consumers_app.lab.state import LabState
+from consumers_app.lab.handoff import rebalance_detail
 from consumers_app.lab.whatif import preview_group
 from consumers_app.message_queue import MessageQueue
 
@@ -142,6 +143,9 @@ class FakeLab:
         if target.observed:
             raise bus.LabError(f"group {group} is observed, not run by the lab: it is read-only")
         return preview_group(self.state, target, strategy)
+
+    def do_rebalance(self, group, rebalance_id):
+        return rebalance_detail(self._group(group), rebalance_id)
 
     def do_set_mode(self, group, mode):
         self._group(group).mode = mode

@@ -48,14 +48,54 @@ def _readable(permission) -> bool:
     return permission in (v2.Permission.READ, v2.Permission.READ_WRITE, v2.Permission.PERMISSION_UNSPECIFIED)
 
 
-class ConsumeStats:
-    """Counters: totals for snapshot(), per-interval deltas for ``consume`` events."""
+class ConsumedRanges:
+    """Which queue offsets the listener was given since the last ``drain``, as ranges.
 
-    __slots__ = ("ok", "retry", "fail", "_last")
+    The lab measures duplicates exactly from these (consumers_app/lab/handoff.py): the same
+    queue offset in two clients' ranges was consumed twice. Offsets mostly arrive in order,
+    so a note usually just extends the queue's last range; ``drain`` sorts and merges
+    whatever concurrent consume threads finished out of order.
+    """
+
+    __slots__ = ("_ranges",)
+
+    def __init__(self):
+        self._ranges: dict = {}   # MessageQueue -> [[start, end), ...] (end exclusive)
+
+    def note(self, mq, offset: int) -> None:
+        ranges = self._ranges.get(mq)
+        if ranges is None:
+            self._ranges[mq] = [[offset, offset + 1]]
+        elif ranges[-1][1] == offset:
+            ranges[-1][1] = offset + 1
+        else:
+            ranges.append([offset, offset + 1])
+
+    def drain(self) -> dict:
+        taken, self._ranges = self._ranges, {}
+        out = {}
+        for mq, ranges in taken.items():
+            ranges.sort()
+            merged = [ranges[0]]
+            for start, end in ranges[1:]:
+                if start <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], end)
+                else:
+                    merged.append([start, end])
+            out[mq] = merged
+        return out
+
+
+class ConsumeStats:
+    """Counters: totals for snapshot(), per-interval deltas for ``consume`` events; and
+    the offsets consumed per queue in the interval (``consumed``)."""
+
+    __slots__ = ("ok", "retry", "fail", "_last", "consumed")
 
     def __init__(self):
         self.ok = self.retry = self.fail = 0
         self._last = (0, 0, 0)
+        self.consumed = ConsumedRanges()
 
     def totals(self) -> dict:
         return {"ok": self.ok, "retry": self.retry, "fail": self.fail}
@@ -171,6 +211,7 @@ class ConsumerBase:
             return
         self.state = "stopping"
         await self._stop_work()
+        self._emit_consumed()   # what the listener took before it stopped is consumed all the same
         await self._persist_on_shutdown()
         await self.notify_termination()
         await self._close_session()
@@ -185,6 +226,7 @@ class ConsumerBase:
             return
         self.state = "aborted"
         await self._stop_work()
+        self._emit_consumed()   # a killed client's last messages were consumed: duplicates count them
         await self._close_session()
         self._forget_assignments()
         self.emit("fault", fault="kill")
@@ -416,9 +458,15 @@ class ConsumerBase:
         interval = self.config.consume_event_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            counts = self.stats.interval()
-            if counts:
-                self.emit("consume", interval_ms=self.config.consume_event_interval_ms, **counts)
+            self._emit_consumed()
+
+    def _emit_consumed(self) -> None:
+        """``consume`` event: counts and consumed offset ranges since the last one."""
+        counts = self.stats.interval()
+        ranges = self.stats.consumed.drain()
+        if counts or ranges:
+            self.emit("consume", topic=self.topic, interval_ms=self.config.consume_event_interval_ms,
+                      **(counts or {}), ranges=ranges or None)
 
     # ------------------------------------------------------------------ queues and snapshot
     # One report for every client kind: each says which queues it holds (queue_figures)

@@ -83,8 +83,11 @@ class ConcurrentlyConsumeService:
         """processConsumeResult for whatever finished since the last wake-up (on the loop)."""
         c = self.consumer
         per_queue: dict = {}
+        consumed = c.stats.consumed.note
         for (msg, pq), status in done:
             pq.inflight -= 1
+            if status is not None:   # the listener had it, whatever happens to the queue now
+                consumed(msg.queue, msg.pb.queue_offset)
             if pq.dropped or status is None:
                 # Rebalanced away (or shutting down) meanwhile: the new owner re-pulls
                 # from the committed offset; this is where RocketMQ's duplicates come from.
@@ -210,6 +213,8 @@ class OrderlyConsumeService:
     def _process(self, msgs, statuses, pq, mq) -> bool:
         """Orderly processConsumeResult; returns continueConsume."""
         c = self.consumer
+        for msg in msgs[:len(statuses)]:   # the listener stops at a failure: the rest ran not
+            c.stats.consumed.note(mq, msg.pb.queue_offset)
         n_ok = 0
         while n_ok < len(statuses) and statuses[n_ok] is SUCCESS:
             n_ok += 1

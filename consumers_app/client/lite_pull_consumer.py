@@ -417,6 +417,8 @@ class LitePullConsumer(ConsumerBase):
             statuses = await loop.run_in_executor(self.executor, self._run_listener, msgs)
             if statuses is None:
                 continue
+            for m in msgs:
+                self.stats.consumed.note(m.queue, m.pb.queue_offset)
             for s in statuses:
                 if s is ConsumeResult.SUCCESS:
                     self.stats.ok += 1

@@ -48,6 +48,7 @@ from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
+from .handoff import rebalance_detail
 from .whatif import preview_group
 
 log = logging.getLogger(__name__)
@@ -470,6 +471,10 @@ class LabController:
             raise bus.LabError(f"group {group} pops: the broker hands out its messages and pop consumers "
                                f"ignore the strategy, so nothing would move")
         return preview_group(self.state, target, name)
+
+    async def action_rebalance(self, group, rebalance_id) -> dict:
+        """One of the group's recent rebalances with its hand-offs (handoff.py); read-only."""
+        return rebalance_detail(self._valid_group(group), rebalance_id)
 
     async def action_set_mode(self, group, mode) -> dict:
         target = self._valid_group(group)

@@ -18,11 +18,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from consumers_app.events import (AssignmentEvent, BrokerEvent, Event, FaultEvent, FlowControlEvent,
-                                  MembershipEvent, OffsetMovedEvent, PqEvent, RebalanceEvent, RouteEvent,
-                                  queue_text)
+from consumers_app.events import (AssignmentEvent, BrokerEvent, ConsumeEvent, Event, FaultEvent,
+                                  FlowControlEvent, MembershipEvent, OffsetMovedEvent, PqEvent, RebalanceEvent,
+                                  RouteEvent, now_ms, queue_text)
 from consumers_app.javastr import java_key
 from consumers_app.message_queue import broker_of, parse_label
+
+from .handoff import GroupHandoffs
 
 # Figures that describe "now" and are superseded by the next report: only the latest
 # one per (type, group, client, queue) within a flush reaches the browsers.
@@ -94,6 +96,8 @@ class GroupState:
     observed: bool = False             # watched on the cluster, not started by the lab (read-only)
     membership_log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
+    # What each rebalance did to messages: hand-offs, gaps, overlaps, duplicates (handoff.py).
+    handoffs: GroupHandoffs = field(default_factory=GroupHandoffs)
 
 
 class LabState:
@@ -136,6 +140,7 @@ class LabState:
         group = self.groups.get(client.group)
         if group is not None:
             group.assignments.pop(client_id, None)
+            self._holding_changed(group, client_id, now_ms())
             for key in [k for k in group.pq if k[0] == client_id]:
                 del group.pq[key]
 
@@ -187,6 +192,18 @@ class LabState:
                 "inflight": q.get("inflight", 0),
             }
         group.offsets = fresh
+        for label, figures in fresh.items():
+            group.handoffs.set_lag(label, figures["lag"], now_ms)
+        group.handoffs.forget_before(now_ms)
+
+    def _holding_changed(self, group: GroupState, client_id: str, ts: int, reason: str = "") -> None:
+        """Tell the group's hand-off record what ``client_id`` consumes now: its assignment
+        while it runs; nothing once it is hung, cut or gone. Pop shares queues: no hand-offs."""
+        if group.mode == "pop":
+            return
+        client = self.clients.get(client_id)
+        consuming = client is None or client.status in ("starting", "running")
+        group.handoffs.set_holding(client_id, group.assignments.get(client_id, ()) if consuming else (), ts, reason)
 
     # -- events ------------------------------------------------------------------
 
@@ -208,6 +225,7 @@ class LabState:
                     del group.pq[key]
                 if client is not None and event.strategy:
                     client.strategy = event.strategy
+                self._holding_changed(group, client_id, event.ts, event.reason)
         elif isinstance(event, RebalanceEvent):
             if event.phase == "end" and not (event.added or event.removed):
                 group.noop_rebalances[client_id] = group.noop_rebalances.get(client_id, 0) + 1
@@ -234,6 +252,10 @@ class LabState:
                 group.membership_log.append(event)
         elif isinstance(event, FlowControlEvent):
             group.flow_control.append(event)
+        elif isinstance(event, ConsumeEvent):
+            for mq, ranges in (event.ranges or {}).items():
+                if mq.topic == group.topic and group.mode != "pop":
+                    group.handoffs.consumed_ranges(client_id, mq.label, ranges, event.ts)
         elif isinstance(event, OffsetMovedEvent):
             if event.queue is not None and event.skipped:
                 label = event.queue.label
@@ -247,6 +269,10 @@ class LabState:
             client = self.clients.get(client_id)
             if client is not None:
                 self._apply_fault(client, event)
+                if event.fault == "kill":   # it consumes nothing from here; client_gone follows
+                    group.handoffs.set_holding(client_id, (), event.ts)
+                else:
+                    self._holding_changed(group, client_id, event.ts)
 
     def _apply_broker(self, event: BrokerEvent) -> None:
         if event.online is not None and event.broker:
@@ -283,6 +309,7 @@ class LabState:
         group, client = self.groups.get(group_name), self.clients.get(client_id)
         if group is not None and client is not None and client.alive:
             group.assignments[client_id] = sort_labels(labels)
+            self._holding_changed(group, client_id, now_ms())
 
     def apply_client_snapshot(self, snap: dict) -> None:
         """A consumer's own ``snapshot()``: authoritative for its assignment and caches."""
@@ -376,6 +403,7 @@ class LabState:
             "last_rebalance": group.last_rebalance,
             "noop_rebalances": dict(group.noop_rebalances),
             "skipped": dict(group.skipped),   # queue -> messages retention deleted before they were consumed
+            "handoffs": group.handoffs.snapshot(now_ms()),
             "route_change": group.route_change and {**group.route_change,
                                                     "noticed": dict(group.route_change["noticed"])},
             "membership_log": [e.to_dict() for e in group.membership_log],

@@ -1,0 +1,279 @@
+"""What each rebalance did to messages: the hand-offs of one group's queues.
+
+A hand-off is one queue passing from the consumers that held it to a new one. Each
+consumer rebalances on its own (RocketMQ's RebalanceImpl), so the new owner may take the
+queue before the old one lets go (an *overlap*: both consume it) or after (a *gap*: nobody
+does). The new owner starts from the committed offset, so whatever the old owner consumed
+past its last commit is consumed again: RocketMQ's at-least-once duplicates.
+
+Measured, not estimated:
+
+* holding: who holds each queue since when, from the consumers' assignment events; a
+  hung or cut consumer stops consuming, so it counts as letting go when the fault hits;
+* duplicates: every consumer reports the queue offsets its listener was given
+  (``consume`` events' ranges); an offset in the ranges of two clients was consumed twice.
+  Each duplicate is counted once, when the second client reports it, and charged to the
+  latest hand-off of that queue the reporting client took part in;
+* lag spike: the highest lag the broker reported for the queue in the 30 s after the
+  hand-off, less its lag just before.
+
+Hand-offs close together (3 s) form one *rebalance*: the page draws those, and a click
+shows their hand-offs. Everything older than the window (15 min) is forgotten. Pure: the
+caller passes every timestamp (ms since the epoch).
+"""
+from collections import deque
+from dataclasses import dataclass, field
+
+from consumers_app.events import now_ms
+
+from .bus import LabError
+
+WINDOW_MS = 15 * 60 * 1000
+EPISODE_QUIET_MS = 3_000     # a hand-off this close to the last one belongs to the same rebalance
+LAG_WATCH_MS = 30_000        # how long after a hand-off its lag spike is watched
+MAX_REBALANCES = 500         # kept per group, newest last (a floor under the window)
+
+
+@dataclass
+class Handoff:
+    queue: str
+    to: str
+    from_: list[str]
+    added_ts: int
+    rebalance: int
+    released_ts: int | None = None           # when the last of ``from_`` let go; None: not yet
+    waiting: set[str] = field(default_factory=set)   # of ``from_``, who still holds it
+    duplicates: int = 0
+    lag_before: int | None = None
+    lag_peak: int | None = None
+
+    def to_dict(self, now_ms: int) -> dict:
+        released = self.released_ts
+        # Still held by an old owner: the overlap so far (and counting).
+        overlap = (released if released is not None else now_ms) - self.added_ts
+        return {
+            "queue": self.queue, "from": list(self.from_), "to": self.to,
+            "added_ts": self.added_ts, "released_ts": released,
+            "gap_ms": max(0, -overlap) if released is not None else 0,
+            "overlap_ms": max(0, overlap),
+            "overlap_ongoing": released is None,
+            "duplicates": self.duplicates,
+            "lag_before": self.lag_before, "lag_peak": self.lag_peak,
+            "lag_spike": max(0, self.lag_peak - self.lag_before)
+            if self.lag_peak is not None and self.lag_before is not None else None,
+        }
+
+
+@dataclass
+class Rebalance:
+    id: int
+    ts: int
+    last_ts: int
+    reasons: list[str] = field(default_factory=list)
+    moves: list[Handoff] = field(default_factory=list)
+
+    def summary(self, now_ms: int) -> dict:
+        moves = [m.to_dict(now_ms) for m in self.moves]
+        spikes = [m["lag_spike"] for m in moves if m["lag_spike"] is not None]
+        return {
+            "id": self.id, "ts": self.ts, "end_ts": self.last_ts,
+            "reason": ", ".join(self.reasons),
+            "moved": len(moves),
+            "duplicates": sum(m["duplicates"] for m in moves),
+            "gap_ms": max((m["gap_ms"] for m in moves), default=0),
+            "overlap_ms": max((m["overlap_ms"] for m in moves), default=0),
+            "lag_spike": max(spikes, default=None),
+            "clients": sorted({c for m in self.moves for c in (m.to, *m.from_)}),
+        }
+
+    def detail(self, now_ms: int) -> dict:
+        return {**self.summary(now_ms), "moves": [m.to_dict(now_ms) for m in self.moves]}
+
+
+class GroupHandoffs:
+    """One group's queues: holders, consumed ranges, hand-offs and rebalances."""
+
+    def __init__(self, window_ms: int = WINDOW_MS):
+        self.window_ms = window_ms
+        self.holding: dict[str, dict[str, int]] = {}         # queue -> client -> since
+        self.held_by: dict[str, set[str]] = {}               # client -> queues
+        self.last_release: dict[str, tuple[str, int]] = {}   # queue -> (client, ts)
+        self.pending: dict[str, list[Handoff]] = {}          # queue -> hand-offs whose old owner holds on
+        self.latest: dict[tuple[str, str], Handoff] = {}     # (queue, client) -> its latest hand-off
+        self.consumed: dict[str, dict[str, list[list[int]]]] = {}   # queue -> client -> [[start, end, ts]]
+        self.lag: dict[str, int] = {}
+        self.rebalances: deque[Rebalance] = deque()
+        self.reasons: dict[str, str] = {}                    # client -> its latest rebalance's reason
+        self.unattributed = deque()                          # (ts, n): duplicates no hand-off explains
+        self._next_id = 1
+
+    # -- holding ----------------------------------------------------------------------
+
+    def set_holding(self, client: str, queues, ts: int, reason: str = "") -> None:
+        """``client`` now holds (and consumes) exactly ``queues``; ``reason``: why its
+        assignment changed (the rebalance's), named on the rebalance its hand-offs join."""
+        if reason:
+            self.reasons[client] = reason
+        now = set(queues)
+        before = self.held_by.get(client, set())
+        for queue in sorted(before - now):
+            self._release(queue, client, ts)
+        for queue in sorted(now - before):
+            self._acquire(queue, client, ts)
+        if now:
+            self.held_by[client] = now
+        else:
+            self.held_by.pop(client, None)
+
+    def _release(self, queue: str, client: str, ts: int) -> None:
+        self.holding.get(queue, {}).pop(client, None)
+        self.last_release[queue] = (client, ts)
+        still = []
+        for handoff in self.pending.get(queue, ()):
+            handoff.waiting.discard(client)
+            if handoff.waiting:
+                still.append(handoff)
+            else:
+                handoff.released_ts = ts
+        if still:
+            self.pending[queue] = still
+        else:
+            self.pending.pop(queue, None)
+
+    def _acquire(self, queue: str, client: str, ts: int) -> None:
+        holders = self.holding.setdefault(queue, {})
+        others = sorted(c for c in holders if c != client)
+        holders[client] = ts
+        if others:
+            handoff = Handoff(queue, client, others, ts, 0, waiting=set(others))
+            self.pending.setdefault(queue, []).append(handoff)
+        else:
+            last = self.last_release.get(queue)
+            if last is None or last[0] == client:
+                return   # the queue's first owner, or its owner back after a pause: no move
+            handoff = Handoff(queue, client, [last[0]], ts, 0, released_ts=last[1])
+        handoff.lag_before = self.lag.get(queue)
+        self._file(handoff)
+
+    def _file(self, handoff: Handoff) -> None:
+        ts = handoff.added_ts
+        episode = self.rebalances[-1] if self.rebalances else None
+        if episode is None or ts - episode.last_ts > EPISODE_QUIET_MS:
+            episode = Rebalance(self._next_id, ts, ts)
+            self._next_id += 1
+            self.rebalances.append(episode)
+            while len(self.rebalances) > MAX_REBALANCES:
+                self.rebalances.popleft()
+        episode.last_ts = max(episode.last_ts, ts)
+        reason = self.reasons.get(handoff.to)
+        if reason and reason not in episode.reasons:
+            episode.reasons.append(reason)
+        handoff.rebalance = episode.id
+        episode.moves.append(handoff)
+        for client in (handoff.to, *handoff.from_):
+            self.latest[(handoff.queue, client)] = handoff
+
+    # -- what was consumed ------------------------------------------------------------
+
+    def consumed_ranges(self, client: str, queue: str, ranges, ts: int) -> int:
+        """``client``'s listener was given ``ranges`` ([start, end) offsets) of ``queue``;
+        returns how many of those offsets another client had consumed already."""
+        per_client = self.consumed.setdefault(queue, {})
+        others = [r for c, rs in per_client.items() if c != client for r in rs]
+        mine = per_client.setdefault(client, [])
+        total = 0
+        for start, end in ranges:
+            twice = _covered(start, end, others)
+            total += twice
+            if mine and mine[-1][1] == start:
+                mine[-1][1], mine[-1][2] = end, ts
+            else:
+                mine.append([start, end, ts])
+        if total:
+            handoff = self.latest.get((queue, client))
+            if handoff is not None:
+                handoff.duplicates += total
+            else:
+                self.unattributed.append((ts, total))
+        return total
+
+    # -- lag --------------------------------------------------------------------------
+
+    def set_lag(self, queue: str, lag: int, ts: int) -> None:
+        self.lag[queue] = lag
+        for client in self.holding.get(queue, ()):
+            handoff = self.latest.get((queue, client))
+            if handoff is not None and handoff.to == client and ts - handoff.added_ts <= LAG_WATCH_MS:
+                handoff.lag_peak = lag if handoff.lag_peak is None else max(handoff.lag_peak, lag)
+
+    # -- views ------------------------------------------------------------------------
+
+    def forget_before(self, now_ms: int) -> None:
+        horizon = now_ms - self.window_ms
+        while self.rebalances and self.rebalances[0].last_ts < horizon:
+            old = self.rebalances.popleft()
+            for handoff in old.moves:
+                for client in (handoff.to, *handoff.from_):
+                    if self.latest.get((handoff.queue, client)) is handoff:
+                        del self.latest[(handoff.queue, client)]
+        while self.unattributed and self.unattributed[0][0] < horizon:
+            self.unattributed.popleft()
+        for queue, per_client in list(self.consumed.items()):
+            for client, ranges in list(per_client.items()):
+                kept = [r for r in ranges if r[2] >= horizon]
+                if kept:
+                    per_client[client] = kept
+                else:
+                    del per_client[client]
+            if not per_client:
+                del self.consumed[queue]
+
+    def snapshot(self, now_ms: int, limit: int = 60) -> dict:
+        """Totals over the window and the latest ``limit`` rebalances (summaries)."""
+        summaries = [r.summary(now_ms) for r in self.rebalances]
+        spikes = [s["lag_spike"] for s in summaries if s["lag_spike"] is not None]
+        unattributed = sum(n for _, n in self.unattributed)
+        return {
+            "window_ms": self.window_ms,
+            "totals": {
+                "rebalances": len(summaries),
+                "moved": sum(s["moved"] for s in summaries),
+                "duplicates": sum(s["duplicates"] for s in summaries) + unattributed,
+                "unattributed_duplicates": unattributed,
+                "gap_ms": max((s["gap_ms"] for s in summaries), default=0),
+                "overlap_ms": max((s["overlap_ms"] for s in summaries), default=0),
+                "lag_spike": max(spikes, default=None),
+            },
+            "rebalances": summaries[-limit:],
+        }
+
+    def detail(self, rebalance_id: int, now_ms: int) -> dict | None:
+        for rebalance in self.rebalances:
+            if rebalance.id == rebalance_id:
+                return rebalance.detail(now_ms)
+        return None
+
+
+def rebalance_detail(group, rebalance_id) -> dict:
+    """The answer to GET /api/groups/G/rebalances/ID for a GroupState; LabError when the
+    rebalance is unknown or older than the window."""
+    if not isinstance(rebalance_id, int) or isinstance(rebalance_id, bool):
+        raise LabError(f"rebalance id must be an integer, not {rebalance_id!r}")
+    now = now_ms()
+    found = group.handoffs.detail(rebalance_id, now)
+    if found is None:
+        raise LabError(f"group {group.name} has no rebalance {rebalance_id} in the last "
+                       f"{group.handoffs.window_ms // 60000} minutes (rebalances that moved no queue are not kept)")
+    return {"group": group.name, **found}
+
+
+def _covered(start: int, end: int, ranges) -> int:
+    """How many offsets of [start, end) lie in the union of ``ranges``."""
+    parts = sorted((max(start, s), min(end, e)) for s, e, *_ in ranges if s < end and e > start)
+    total, reach = 0, start
+    for s, e in parts:
+        s = max(s, reach)
+        if e > s:
+            total += e - s
+            reach = e
+    return total

@@ -1,0 +1,153 @@
+"""Units: the hand-off record (consumers_app/lab/handoff.py), the consumed ranges a client
+reports, and LabState feeding one from events. The real thing against the broker is in
+test_handoff.py; the page in test_browser_live.py."""
+from consumers_app.client.base import ConsumedRanges
+from consumers_app.events import ConsumeEvent, event_from_dict, make_event
+from consumers_app.lab.handoff import GroupHandoffs
+from consumers_app.lab.state import LabState
+from consumers_app.message_queue import MessageQueue
+
+T0 = 1_700_000_000_000
+
+
+def test_a_queues_first_owner_is_no_hand_off():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0", "b:1"], T0)
+    h.set_holding("B", ["b:2"], T0 + 10)
+    assert h.snapshot(T0 + 20)["totals"]["moved"] == 0
+    assert h.snapshot(T0 + 20)["rebalances"] == []
+
+
+def test_overlap_and_the_duplicates_it_causes_are_exact():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0", "b:1"], T0)
+    h.consumed_ranges("A", "b:1", [[0, 100]], T0 + 500)
+    h.set_holding("B", ["b:1"], T0 + 1000, reason="members changed")   # B takes it, A still holds it
+    assert h.consumed_ranges("B", "b:1", [[50, 150]], T0 + 1100) == 50
+    h.set_holding("A", ["b:0"], T0 + 1200)                              # A lets go 200 ms later
+    (summary,) = h.snapshot(T0 + 2000)["rebalances"]
+    assert summary["moved"] == 1 and summary["duplicates"] == 50 and summary["reason"] == "members changed"
+    move = h.detail(summary["id"], T0 + 2000)["moves"][0]
+    assert (move["queue"], move["from"], move["to"]) == ("b:1", ["A"], "B")
+    assert (move["overlap_ms"], move["gap_ms"], move["overlap_ongoing"]) == (200, 0, False)
+
+
+def test_an_old_owner_still_holding_is_an_ongoing_overlap():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.set_holding("B", ["b:0"], T0 + 1000)
+    move = h.detail(1, T0 + 4000)["moves"][0]
+    assert move["overlap_ongoing"] and move["overlap_ms"] == 3000
+
+
+def test_a_gap_is_the_time_nobody_held_the_queue():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.set_holding("A", [], T0 + 1000)     # killed, cut or hung: stops consuming
+    h.set_holding("B", ["b:0"], T0 + 1300)
+    move = h.detail(1, T0 + 2000)["moves"][0]
+    assert (move["gap_ms"], move["overlap_ms"], move["from"]) == (300, 0, ["A"])
+
+
+def test_the_same_owner_back_after_a_pause_is_no_move():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.set_holding("A", [], T0 + 1000)
+    h.set_holding("A", ["b:0"], T0 + 2000)
+    assert h.snapshot(T0 + 3000)["totals"]["moved"] == 0
+
+
+def test_an_offset_consumed_by_three_clients_counts_twice_and_own_repeats_not_at_all():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    assert h.consumed_ranges("A", "b:0", [[0, 10]], T0) == 0
+    assert h.consumed_ranges("A", "b:0", [[5, 12]], T0) == 0        # its own again: not by two clients
+    h.set_holding("A", [], T0 + 10)
+    h.set_holding("B", ["b:0"], T0 + 20)
+    assert h.consumed_ranges("B", "b:0", [[8, 20]], T0 + 30) == 4   # 8..11
+    h.set_holding("B", [], T0 + 40)
+    h.set_holding("C", ["b:0"], T0 + 50)
+    assert h.consumed_ranges("C", "b:0", [[0, 30]], T0 + 60) == 20  # 0..19, once however many had it
+    assert h.snapshot(T0 + 100)["totals"]["duplicates"] == 24
+
+
+def test_hand_offs_close_together_are_one_rebalance():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0", "b:1", "b:2"], T0)
+    h.set_holding("A", ["b:0", "b:1"], T0 + 1000)
+    h.set_holding("B", ["b:2"], T0 + 1500)
+    h.set_holding("A", ["b:0"], T0 + 2500)
+    h.set_holding("B", ["b:2", "b:1"], T0 + 3000)
+    h.set_holding("B", ["b:2"], T0 + 20_000)
+    h.set_holding("A", ["b:0", "b:1"], T0 + 20_100)
+    rebalances = h.snapshot(T0 + 21_000)["rebalances"]
+    assert [r["moved"] for r in rebalances] == [2, 1]
+
+
+def test_lag_spike_is_the_peak_after_the_hand_off_less_the_lag_before():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.set_lag("b:0", 10, T0 + 500)
+    h.set_holding("A", [], T0 + 1000)
+    h.set_holding("B", ["b:0"], T0 + 1200)
+    for dt, lag in [(2000, 40), (3000, 60), (9000, 5), (40_000, 500)]:   # the last is past the watch
+        h.set_lag("b:0", lag, T0 + dt)
+    move = h.detail(1, T0 + 41_000)["moves"][0]
+    assert (move["lag_before"], move["lag_peak"], move["lag_spike"]) == (10, 60, 50)
+
+
+def test_the_window_forgets_old_rebalances_and_ranges():
+    h = GroupHandoffs(window_ms=60_000)
+    h.set_holding("A", ["b:0"], T0)
+    h.consumed_ranges("A", "b:0", [[0, 10]], T0)
+    h.set_holding("A", [], T0 + 10)
+    h.set_holding("B", ["b:0"], T0 + 20)
+    h.forget_before(T0 + 61_000)
+    assert h.snapshot(T0 + 61_000)["rebalances"] == [] and h.consumed == {}
+    assert h.detail(1, T0 + 61_000) is None
+
+
+def test_consumed_ranges_merge_what_threads_finish_out_of_order():
+    ranges = ConsumedRanges()
+    mq = MessageQueue("T", "b", 0)
+    for offset in [5, 6, 7, 0, 1, 2, 3, 4, 9]:
+        ranges.note(mq, offset)
+    assert ranges.drain() == {mq: [[0, 8], [9, 10]]}
+    assert ranges.drain() == {}
+
+
+def test_a_consume_event_carries_its_ranges_both_ways():
+    mq, retry = MessageQueue("T", "b", 3), MessageQueue("%RETRY%G", "b", 0)
+    event = make_event("consume", "G", "c1", topic="T", ok=3, ranges={mq: [[0, 2]], retry: [[7, 8]]})
+    data = event.to_dict()
+    assert data["ranges"] == {"b:3": [[0, 2]], "%RETRY%G/b:0": [[7, 8]]}
+    back = event_from_dict(data)
+    assert isinstance(back, ConsumeEvent) and back.ranges == {mq: [[0, 2]], retry: [[7, 8]]}
+
+
+def test_lab_state_follows_assignments_consumption_and_a_kill():
+    state = LabState()
+    state.add_group("G", "T", "push", "AVG")
+    for cid in ("A", "B"):
+        state.add_client(cid, "G", "push").status = "running"
+    q = lambda i: MessageQueue("T", "b", i)   # noqa: E731
+    state.apply(make_event("assignment", "G", "A", ts=T0, topic="T", queues=[q(0), q(1)]))
+    state.apply(make_event("consume", "G", "A", ts=T0 + 900, topic="T", ranges={q(1): [[0, 40]]}))
+    state.apply(make_event("fault", "G", "A", ts=T0 + 1000, fault="kill"))
+    state.client_gone("A", "killed")
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 1100, topic="T", queues=[q(0), q(1)], reason="members changed"))
+    state.apply(make_event("consume", "G", "B", ts=T0 + 1200, topic="T", ranges={q(1): [[30, 60]], q(0): [[0, 5]]}))
+    handoffs = state.snapshot()["groups"]["G"]["handoffs"]
+    assert handoffs["totals"]["moved"] == 2 and handoffs["totals"]["duplicates"] == 10
+    (rebalance,) = handoffs["rebalances"]
+    assert rebalance["clients"] == ["A", "B"] and rebalance["gap_ms"] == 100
+
+
+def test_a_pop_group_has_no_hand_offs():
+    state = LabState()
+    state.add_group("P", "T", "pop", "AVG")
+    state.add_client("A", "P", "pop").status = "running"
+    state.add_client("B", "P", "pop").status = "running"
+    state.apply(make_event("assignment", "P", "A", topic="T", queues=[MessageQueue("T", "b", -1)]))
+    state.apply(make_event("assignment", "P", "B", topic="T", queues=[MessageQueue("T", "b", -1)]))
+    assert state.snapshot()["groups"]["P"]["handoffs"]["totals"]["moved"] == 0
