@@ -21,6 +21,7 @@ from consumers_app.lab.scenario import DEFAULT
 from consumers_app.message_queue import MessageQueue, broker_of
 
 from .brokers import BrokerProcess
+from .consumed import duplicates_of_move
 from .support import async_wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -290,6 +291,45 @@ async def test_a_killed_consumer_leaves_at_once(lab):
         await bus.request("consumer", client_id=victim, action="hang")
     await bus.request("add_consumer", group="GID_LAB")   # three again, as the scenario started
     await async_wait_until(lambda: balanced_as(lab), timeout=20, message="a newcomer took its share")
+
+
+async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(lab, browser):
+    """The victim, slowed so that messages finish out of order (a concurrent consumer commits
+    only up to its oldest unfinished one) and so are not all committed yet, is killed: the
+    survivors take its queues from the committed offset and consume part of it again. The
+    lab's rebalance shows each move from the victim, and its duplicate count is the one
+    computed here from the consumers' own consume events."""
+    victim = live_members(lab)[-1]
+    held = group_view(lab.state.snapshot())["assignments"][victim]
+    await bus.request("consumer", client_id=victim, action="slow", ms=100)
+    await async_wait_until(lambda: any(e["client_id"] == victim and e.get("ranges") for e in browser.events("consume")),
+                           timeout=10, message="the victim consuming")
+    killed_at = now_ms()
+    await bus.request("consumer", client_id=victim, action="kill")
+    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="survivors rebalanced")
+
+    def kill_rebalance():
+        handoffs = group_view(lab.state.snapshot())["handoffs"]
+        return next((r for r in reversed(handoffs["rebalances"])
+                     if r["end_ts"] >= killed_at and victim in r["clients"]), None)
+
+    rebalance = await async_wait_until(kill_rebalance, timeout=10, message="the kill's rebalance")
+    detail = await bus.request("rebalance", group="GID_LAB", rebalance_id=rebalance["id"])
+    from_victim = [m for m in detail["moves"] if m["from"] == [victim] and m["added_ts"] >= killed_at]
+    assert sorted(m["queue"] for m in from_victim) == sorted(held)
+    assert all(m["gap_ms"] >= 0 and not m["overlap_ongoing"] for m in from_victim)
+
+    async def counts_agree():
+        detail = await bus.request("rebalance", group="GID_LAB", rebalance_id=rebalance["id"])
+        events = browser.events("consume")
+        ours = {m["queue"]: duplicates_of_move(events, m) for m in detail["moves"]}
+        theirs = {m["queue"]: m["duplicates"] for m in detail["moves"]}
+        return ours == theirs and sum(ours.values()) > 0 and detail
+
+    detail = await async_wait_until(counts_agree, timeout=15, message="the lab's duplicates = the consumers' own")
+    assert detail["duplicates"] == sum(m["duplicates"] for m in detail["moves"])
+    await bus.request("add_consumer", group="GID_LAB")
+    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="three consumers again")
 
 
 async def test_a_cut_consumer_keeps_its_queues_until_the_broker_expires_it(lab):

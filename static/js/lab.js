@@ -108,6 +108,8 @@
       // Messages retention deleted before the group consumed them, summed over its queues.
       skipped: Object.values(snap.skipped || {}).reduce((sum, n) => sum + n, 0),
       routeChange: snap.route_change || null,   // the last queue/broker change and who noticed it when
+      // The last 15 minutes' rebalances that moved queues, and their totals (handoff.py).
+      handoffs: snap.handoffs || (previous && previous.handoffs) || { totals: {}, rebalances: [] },
       pops: (previous && previous.pops) || {},   // queue -> recent receivers, newest last
     };
     for (const [cid, labels] of Object.entries(snap.assignments || {})) g.assignments[cid] = [...labels];
@@ -452,6 +454,10 @@
         el("label", {}, "mode ", modeSelect)),
       el("div", { class: "strategy-preview", "data-role": "strategy-preview", hidden: true }),
       el("p", { class: "rebalance" }, el("span", { "data-role": "last-rebalance" }), " ", el("span", { "data-role": "noop-rebalances" })),
+      el("p", { class: "rebalance handoff-totals", "data-role": "handoff-totals" }),
+      el("div", { class: "rebalance-strip", "data-role": "rebalances", role: "group",
+        "aria-label": "rebalances of the last 15 minutes that moved queues: click one for its hand-offs" }),
+      el("div", { class: "handoff-panel", "data-role": "handoff", hidden: true }),
       el("p", { class: "rebalance", "data-role": "route-change" }),
       el("p", { class: "rebalance skipped", "data-role": "skipped" }),
       el("div", { class: "matrix-wrap" }),
@@ -529,6 +535,7 @@
       ? `Last rebalance that moved queues ${clock(r.ts)}${r.client_id ? ` by ${r.client_id}` : ""}: ${r.reason || "periodic"} · ${fmtMs(r.duration_ms)} · ${changedCount(r)} queue(s) changed`
       : "No rebalance has moved a queue yet.");
     showNoopRebalances(card.querySelector('[data-role="noop-rebalances"]'), g);
+    showHandoffs(card, g);
     setText(card.querySelector('[data-role="route-change"]'), routeChangeLine(g));
     // RocketMQ's answer to an offset that retention deleted: go on from the oldest kept message.
     setText(card.querySelector('[data-role="skipped"]'), g.skipped
@@ -1219,6 +1226,121 @@
     delete select.dataset.busy;
     if (lab.groups[name]) select.value = lab.groups[name].strategy;
     views.get(name)?.markMoves(NO_MOVES);
+  }
+
+  // ------------------------------------------------------------------ hand-offs
+  //
+  // What each rebalance did to messages (consumers_app/lab/handoff.py): the strip shows the
+  // last 15 minutes' rebalances that moved queues, placed by time, red when they caused
+  // duplicates; a click opens its hand-offs - per moved queue who gave it to whom, the gap
+  // (nobody consumed it) or overlap (two did), the messages consumed twice (exact, from
+  // the consumers' own consumed offsets) and the lag spike. The totals line sums the window.
+
+  const HANDOFF_WINDOW_MS = 15 * 60 * 1000;
+  const openRebalance = new Map();   // group name -> {id, stamp, answer}
+
+  const plural = (n, word) => `${fmt(n)} ${word}${n === 1 ? "" : "s"}`;
+
+  function handoffTotalsLine(t) {
+    if (!t.rebalances) return "Last 15 min: no rebalance moved a queue.";
+    return `Last 15 min: ${plural(t.rebalances, "rebalance")} moved ${plural(t.moved, "queue")} · ` +
+      `${plural(t.duplicates, "message")} consumed twice · longest gap ${fmtMs(t.gap_ms)} · longest overlap ${fmtMs(t.overlap_ms)}` +
+      (t.lag_spike !== null && t.lag_spike !== undefined ? ` · biggest lag spike ${fmt(t.lag_spike)}` : "");
+  }
+
+  function rebalanceTitle(r) {
+    return [`${clock(r.ts)} ${r.reason || "rebalance"}`, `${plural(r.moved, "queue")} moved among ${r.clients.join(", ")}`,
+      `${plural(r.duplicates, "message")} consumed twice · gap ${fmtMs(r.gap_ms)} · overlap ${fmtMs(r.overlap_ms)}`].join("\n");
+  }
+
+  function showHandoffs(card, g) {
+    const { totals = {}, rebalances = [] } = g.handoffs;
+    const line = card.querySelector('[data-role="handoff-totals"]');
+    setText(line, handoffTotalsLine(totals));
+    setData(line, "duplicates", String(totals.duplicates || 0));
+    setData(line, "moved", String(totals.moved || 0));
+    const strip = card.querySelector('[data-role="rebalances"]');
+    const now = Date.now();
+    const wanted = new Set(rebalances.map((r) => String(r.id)));
+    for (const mark of [...strip.children]) if (!wanted.has(mark.dataset.rebalanceId)) mark.remove();
+    const open = openRebalance.get(g.name);
+    for (const r of rebalances) {
+      let mark = strip.querySelector(`[data-rebalance-id="${r.id}"]`);
+      if (!mark) {
+        mark = el("button", { type: "button", class: "rebalance-mark", "data-rebalance-id": String(r.id),
+          onclick: () => openHandoff(card, g.name, r.id) });
+        strip.append(mark);
+      }
+      setData(mark, "duplicates", String(r.duplicates));
+      setData(mark, "moved", String(r.moved));
+      setClass(mark, "dupes", r.duplicates > 0);
+      setClass(mark, "open", Boolean(open) && open.id === r.id);
+      setAttr(mark, "title", rebalanceTitle(r));
+      setAttr(mark, "aria-label", `rebalance at ${clock(r.ts)}: ${plural(r.moved, "queue")} moved, ${plural(r.duplicates, "duplicate")}`);
+      setStyle(mark, `left:${Math.max(0, Math.min(100, 100 - ((now - r.ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`);
+      // An open rebalance whose figures moved on (the new owner caught up): ask again.
+      if (open && open.id === r.id && open.stamp !== `${r.moved}|${r.duplicates}|${r.gap_ms}|${r.overlap_ms}|${r.lag_spike}`) {
+        openHandoff(card, g.name, r.id, true);
+      }
+    }
+    setClass(strip, "empty", !rebalances.length);
+  }
+
+  async function openHandoff(card, name, id, refresh = false) {
+    const panel = card.querySelector('[data-role="handoff"]');
+    const current = openRebalance.get(name);
+    if (!refresh && current && current.id === id) return closeHandoff(card, name);   // a second click closes
+    const entry = { id, stamp: current && current.id === id ? current.stamp : "", loading: true };
+    openRebalance.set(name, entry);
+    if (refresh && current && current.loading) return;
+    try {
+      const response = await fetch(`/api/groups/${encodeURIComponent(name)}/rebalances/${id}`, { credentials: "same-origin" });
+      const answer = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
+      if (openRebalance.get(name) !== entry) return;
+      if (!response.ok) {
+        showError(answer.error || `${response.status} ${response.statusText}`);
+        return closeHandoff(card, name);
+      }
+      entry.loading = false;
+      entry.stamp = `${answer.moved}|${answer.duplicates}|${answer.gap_ms}|${answer.overlap_ms}|${answer.lag_spike}`;
+      panel.replaceChildren(...handoffPanel(card, name, answer));
+      panel.hidden = false;
+      for (const mark of card.querySelectorAll(".rebalance-mark")) setClass(mark, "open", mark.dataset.rebalanceId === String(id));
+    } catch (err) {
+      if (openRebalance.get(name) !== entry) return;
+      showError(`Request failed: ${err.message}`);
+      closeHandoff(card, name);
+    }
+  }
+
+  function closeHandoff(card, name) {
+    openRebalance.delete(name);
+    const panel = card.querySelector('[data-role="handoff"]');
+    panel.hidden = true;
+    panel.replaceChildren();
+    for (const mark of card.querySelectorAll(".rebalance-mark.open")) mark.classList.remove("open");
+  }
+
+  function handoffPanel(card, name, r) {
+    const head = el("p", { class: "handoff-summary", "data-role": "handoff-summary", "data-rebalance-id": String(r.id),
+      "data-duplicates": String(r.duplicates), "data-moved": String(r.moved) },
+      el("b", {}, `Rebalance at ${clock(r.ts)}`), ` (${r.reason || "rebalance"}): ${plural(r.moved, "queue")} moved, `,
+      el("b", {}, `${plural(r.duplicates, "message")} consumed twice`),
+      ` · gap up to ${fmtMs(r.gap_ms)} · overlap up to ${fmtMs(r.overlap_ms)}`,
+      el("button", { type: "button", class: "close", "data-action": "close-handoff", onclick: () => closeHandoff(card, name) }, "Close"));
+    const why = el("p", { class: "handoff-why" },
+      "Each consumer rebalances on its own. The new owner starts at the committed offset, so what the old owner consumed " +
+      "after its last commit is consumed again (RocketMQ's at-least-once). An overlap is when both held the queue; a gap when neither consumed it.");
+    const rows = r.moves.map((m) => el("tr", { "data-handoff-queue": m.queue, "data-duplicates": String(m.duplicates) },
+      el("td", {}, m.queue), el("td", {}, `${m.from.join(" + ") || "nobody"} → ${m.to}`),
+      el("td", {}, m.gap_ms ? fmtMs(m.gap_ms) : "–"),
+      el("td", {}, m.overlap_ms ? `${fmtMs(m.overlap_ms)}${m.overlap_ongoing ? " (ongoing)" : ""}` : "–"),
+      el("td", { class: m.duplicates ? "hot" : "" }, fmt(m.duplicates)),
+      el("td", {}, m.lag_spike === null || m.lag_spike === undefined ? "–" : `+${fmt(m.lag_spike)} (${fmt(m.lag_before)} → ${fmt(m.lag_peak)})`)));
+    const table = el("table", { class: "handoff-moves" },
+      el("thead", {}, el("tr", {}, ["queue", "from → to", "gap", "overlap", "consumed twice", "lag spike"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", {}, rows));
+    return [head, why, el("div", { class: "handoff-scroll" }, table)];
   }
 
   // ------------------------------------------------------------------ API calls
