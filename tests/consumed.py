@@ -1,7 +1,7 @@
 """Duplicates counted the plain way, from the consumers' own ``consume`` events (their
 consumed offset ranges), to check the lab's hand-off figures (consumers_app/lab/handoff.py)
-against: per moved queue, the offsets the new owner consumed after taking it that some
-other client had consumed too."""
+against: per moved queue, the offsets the new owner consumed after taking it that the old
+owner had consumed too."""
 
 
 def offsets_by_client(consume_events: list[dict], queue: str, since_ts: int | None = None,
@@ -19,8 +19,9 @@ def offsets_by_client(consume_events: list[dict], queue: str, since_ts: int | No
 
 
 def duplicates_of_move(consume_events: list[dict], move: dict) -> int:
-    """Offsets the move's new owner consumed since it took the queue that another client
-    had consumed as well."""
-    mine = offsets_by_client(consume_events, move["queue"], since_ts=move["added_ts"], client=move["to"]).get(move["to"], set())
-    others = set().union(*offsets_by_client(consume_events, move["queue"], exclude=move["to"]).values())
-    return len(mine & others)
+    """Offsets the move's new owner consumed since it took the queue that its old owner(s)
+    consumed as well."""
+    by = offsets_by_client(consume_events, move["queue"])
+    new = offsets_by_client(consume_events, move["queue"], since_ts=move["added_ts"], client=move["to"]).get(move["to"], set())
+    old = set().union(*(by.get(c, set()) for c in move["from"]))
+    return len(new & old)

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import threading
+import time
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -16,6 +17,7 @@ from playwright.sync_api import expect, sync_playwright
 from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.message_queue import MessageQueue
 
+from .consumed import duplicates_of_move
 from .support import REPO, free_port, manage_py, wait_until
 
 pytestmark = pytest.mark.browser
@@ -28,6 +30,24 @@ LOGIN_LINE = re.compile(r"open (http://\S+/login/\?token=\S+)")
 FAST_LAB = ["--namesrv-port=0", "--remoting-port=0",
             "--broker-arg=--client-expiry-ms=3000", "--broker-arg=--client-scan-ms=500",
             "--client-option=*.heartbeat_interval_ms=1000"]
+
+
+# The consumers' own records, as they reach the page: every `consume` event (with the
+# offsets each consumer's listener was given) kept in window.consumeEvents, to check the
+# hand-off panel's duplicate count against.
+KEEP_CONSUME_EVENTS = """(() => {
+  window.consumeEvents = [];
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener("message", (m) => {
+        const e = JSON.parse(m.data);
+        if (e.type === "consume") window.consumeEvents.push(e);
+      });
+    }
+  };
+})();"""
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +88,13 @@ def browser():
 @pytest.fixture(scope="module")
 def page(lab, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.add_init_script(KEEP_CONSUME_EVENTS)
     errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("pageerror", lambda exc: errors.append(f"{exc}\n{exc.stack}"))
     page.goto(lab)
     page.wait_for_url(re.compile(r"/$"))
     yield page
-    assert errors == [], errors
+    assert errors == [], errors[0]
 
 
 def screenshot(page, name: str) -> None:
@@ -124,15 +145,21 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     expect(page.locator(GROUP)).to_have_attribute("data-strategy", "AVG_BY_CIRCLE")
     screenshot(page, "02-avg-by-circle")
 
-    # Kill the consumer that owns broker-a:0: its queues go to the other two.
+    # Kill the consumer that owns broker-a:0: its queues go to the other two. Slowed first,
+    # its messages finish out of order, so some it consumed are not committed yet.
     victim, survivors = circle["broker-a:0"], [c for c in consumers if c != circle["broker-a:0"]]
     page.select_option(f'{GROUP} select[name="client_id"]', victim)
+    page.fill(f'{GROUP} input[name="ms"]', "100")
+    page.click(f'{GROUP} [data-action="slow"]')
+    expect(page.locator(f'{GROUP} tr[data-consumer="{victim}"] .faults')).to_have_text("slow 100 ms")
+    killed_at = time.time() * 1000
     page.click(f'{GROUP} [data-action="kill"]')
     after = expected("AVG_BY_CIRCLE", start, survivors)
     wait_for_owners(page, lambda o: o == after, f"{victim}'s queues moved to {survivors}", timeout=60)
     expect(page.locator(f'{GROUP} tr[data-consumer="{victim}"]')).not_to_have_attribute("data-status", "running")
     expect(page.locator("#membership-log")).to_contain_text(victim)
     screenshot(page, "03-killed")
+    check_the_kills_hand_off(page, victim, [q for q in start if circle[q] == victim], killed_at)
 
     # Hang a survivor and flood the topic: its ProcessQueues fill to the threshold.
     hung = survivors[0]
@@ -145,6 +172,35 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
                message="flow-control events on the timeline")
     page.wait_for_function("() => [...document.querySelectorAll('#flow-chart .point')].length > 0", timeout=10_000)
     screenshot(page, "04-hung-flow-control")
+
+
+def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at: float) -> None:
+    """The newest rebalance on the strip is the kill's (with the switch before, when they
+    came close together): its panel lists the victim's queues moving to the survivors, and says how many messages were consumed twice - the count
+    computed here from the consumers' own consume events, exactly."""
+    mark = page.locator(f'{GROUP} [data-role="rebalances"] .rebalance-mark').last
+    expect(mark).to_have_attribute("title", re.compile(victim))
+    mark.click()
+    summary = page.locator(f'{GROUP} [data-role="handoff-summary"]')
+    expect(summary).to_be_visible()
+    rebalance_id = summary.get_attribute("data-rebalance-id")
+
+    def agreed():
+        shown = int(summary.get_attribute("data-duplicates"))
+        detail = page.evaluate("async (url) => (await fetch(url)).json()", f"/api/groups/GID_LAB/rebalances/{rebalance_id}")
+        events = page.evaluate("window.consumeEvents")
+        counted = sum(duplicates_of_move(events, m) for m in detail["moves"])
+        return counted > 0 and shown == counted == detail["duplicates"] and detail
+
+    detail = wait_until(agreed, timeout=30, interval=0.5, message="the panel's duplicates = the consumers' own count")
+    moved_from_victim = {m["queue"] for m in detail["moves"] if m["from"] == [victim] and m["added_ts"] >= killed_at}
+    assert moved_from_victim == set(its_queues)
+    for queue in its_queues:
+        expect(page.locator(f'{GROUP} [data-role="handoff"] tr[data-handoff-queue="{queue}"]').filter(
+            has_text=f"{victim} →")).to_have_count(1)
+    screenshot(page, "03b-hand-off")
+    page.click(f'{GROUP} [data-action="close-handoff"]')
+    expect(summary).to_have_count(0)
 
 
 def test_a_pop_group_shows_who_received_each_queues_messages(page):

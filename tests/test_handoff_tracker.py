@@ -57,7 +57,7 @@ def test_the_same_owner_back_after_a_pause_is_no_move():
     assert h.snapshot(T0 + 3000)["totals"]["moved"] == 0
 
 
-def test_an_offset_consumed_by_three_clients_counts_twice_and_own_repeats_not_at_all():
+def test_each_hand_off_counts_what_its_old_and_new_owner_both_consumed():
     h = GroupHandoffs()
     h.set_holding("A", ["b:0"], T0)
     assert h.consumed_ranges("A", "b:0", [[0, 10]], T0) == 0
@@ -67,8 +67,21 @@ def test_an_offset_consumed_by_three_clients_counts_twice_and_own_repeats_not_at
     assert h.consumed_ranges("B", "b:0", [[8, 20]], T0 + 30) == 4   # 8..11
     h.set_holding("B", [], T0 + 40)
     h.set_holding("C", ["b:0"], T0 + 50)
-    assert h.consumed_ranges("C", "b:0", [[0, 30]], T0 + 60) == 20  # 0..19, once however many had it
-    assert h.snapshot(T0 + 100)["totals"]["duplicates"] == 24
+    # From B it got 8..19 again; 8..11 is now consumed three times: once more per hand-off.
+    assert h.consumed_ranges("C", "b:0", [[0, 30]], T0 + 60) == 12
+    assert h.snapshot(T0 + 100)["totals"]["duplicates"] == 16
+
+
+def test_the_count_does_not_depend_on_who_reports_first():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.consumed_ranges("A", "b:0", [[0, 10]], T0)
+    h.set_holding("B", ["b:0"], T0 + 20)              # overlap: both consume
+    assert h.consumed_ranges("B", "b:0", [[5, 15]], T0 + 30) == 5
+    assert h.consumed_ranges("A", "b:0", [[10, 12]], T0 + 40) == 2   # the old owner reports late
+    h.set_holding("A", [], T0 + 50)
+    assert h.consumed_ranges("A", "b:0", [[12, 13]], T0 + 60) == 1   # in flight when it let go
+    assert h.detail(1, T0 + 100)["moves"][0]["duplicates"] == 8
 
 
 def test_hand_offs_close_together_are_one_rebalance():
@@ -103,7 +116,7 @@ def test_the_window_forgets_old_rebalances_and_ranges():
     h.set_holding("A", [], T0 + 10)
     h.set_holding("B", ["b:0"], T0 + 20)
     h.forget_before(T0 + 61_000)
-    assert h.snapshot(T0 + 61_000)["rebalances"] == [] and h.consumed == {}
+    assert h.snapshot(T0 + 61_000)["rebalances"] == [] and ("b:0", "A") not in h.tenures
     assert h.detail(1, T0 + 61_000) is None
 
 

@@ -11,9 +11,9 @@ Measured, not estimated:
 * holding: who holds each queue since when, from the consumers' assignment events; a
   hung or cut consumer stops consuming, so it counts as letting go when the fault hits;
 * duplicates: every consumer reports the queue offsets its listener was given
-  (``consume`` events' ranges); an offset in the ranges of two clients was consumed twice.
-  Each duplicate is counted once, when the second client reports it, and charged to the
-  latest hand-off of that queue the reporting client took part in;
+  (``consume`` events' ranges). A hand-off's duplicates are the offsets both the old owner
+  (while it held the queue) and the new one (since it took it) consumed: each is counted
+  once, when the second of the two reports it, whichever that is;
 * lag spike: the highest lag the broker reported for the queue in the 30 s after the
   hand-off, less its lag just before.
 
@@ -34,6 +34,39 @@ LAG_WATCH_MS = 30_000        # how long after a hand-off its lag spike is watche
 MAX_REBALANCES = 500         # kept per group, newest last (a floor under the window)
 
 
+class Tenure:
+    """One client's time holding one queue, and the offsets it consumed meanwhile (sorted,
+    disjoint [start, end) ranges). Consumption reported after it let go (results of
+    messages in flight) still belongs to it, as long as it has not taken the queue again."""
+
+    __slots__ = ("client", "ranges", "into", "out_of", "last_ts")
+
+    def __init__(self, client: str, ts: int):
+        self.client = client
+        self.ranges: list[list[int]] = []
+        self.into: "Handoff | None" = None        # the hand-off that started it
+        self.out_of: list["Handoff"] = []         # hand-offs that passed the queue on from it
+        self.last_ts = ts
+
+    def add(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Record [start, end); returns the parts it did not hold yet."""
+        new, reach = [], start
+        for s, e in self.ranges:
+            if e <= reach or s >= end:
+                continue
+            if s > reach:
+                new.append((reach, s))
+            reach = max(reach, e)
+        if reach < end:
+            new.append((reach, end))
+        if new:
+            self.ranges = _merge(self.ranges + [[s, e] for s, e in new])
+        return new
+
+    def covered(self, start: int, end: int) -> int:
+        return _covered(start, end, self.ranges)
+
+
 @dataclass
 class Handoff:
     queue: str
@@ -43,6 +76,8 @@ class Handoff:
     rebalance: int
     released_ts: int | None = None           # when the last of ``from_`` let go; None: not yet
     waiting: set[str] = field(default_factory=set)   # of ``from_``, who still holds it
+    from_tenures: list[Tenure] = field(default_factory=list)   # the old owners' consumption
+    to_tenure: Tenure | None = None                             # the new owner's
     duplicates: int = 0
     lag_before: int | None = None
     lag_peak: int | None = None
@@ -99,12 +134,10 @@ class GroupHandoffs:
         self.held_by: dict[str, set[str]] = {}               # client -> queues
         self.last_release: dict[str, tuple[str, int]] = {}   # queue -> (client, ts)
         self.pending: dict[str, list[Handoff]] = {}          # queue -> hand-offs whose old owner holds on
-        self.latest: dict[tuple[str, str], Handoff] = {}     # (queue, client) -> its latest hand-off
-        self.consumed: dict[str, dict[str, list[list[int]]]] = {}   # queue -> client -> [[start, end, ts]]
+        self.tenures: dict[tuple[str, str], Tenure] = {}     # (queue, client) -> its latest tenure
         self.lag: dict[str, int] = {}
         self.rebalances: deque[Rebalance] = deque()
         self.reasons: dict[str, str] = {}                    # client -> its latest rebalance's reason
-        self.unattributed = deque()                          # (ts, n): duplicates no hand-off explains
         self._next_id = 1
 
     # -- holding ----------------------------------------------------------------------
@@ -144,15 +177,23 @@ class GroupHandoffs:
         holders = self.holding.setdefault(queue, {})
         others = sorted(c for c in holders if c != client)
         holders[client] = ts
+        last = self.last_release.get(queue)
+        if not others and last is not None and last[0] == client and (queue, client) in self.tenures:
+            return   # its owner back after a pause, nobody in between: the same tenure goes on
+        tenure = self.tenures[(queue, client)] = Tenure(client, ts)
         if others:
             handoff = Handoff(queue, client, others, ts, 0, waiting=set(others))
             self.pending.setdefault(queue, []).append(handoff)
         else:
-            last = self.last_release.get(queue)
             if last is None or last[0] == client:
-                return   # the queue's first owner, or its owner back after a pause: no move
+                return   # the queue's first owner: no move
             handoff = Handoff(queue, client, [last[0]], ts, 0, released_ts=last[1])
         handoff.lag_before = self.lag.get(queue)
+        tenure.into, handoff.to_tenure = handoff, tenure
+        for old in handoff.from_:
+            if (queue, old) in self.tenures:
+                handoff.from_tenures.append(self.tenures[(queue, old)])
+                self.tenures[(queue, old)].out_of.append(handoff)
         self._file(handoff)
 
     def _file(self, handoff: Handoff) -> None:
@@ -170,31 +211,28 @@ class GroupHandoffs:
             episode.reasons.append(reason)
         handoff.rebalance = episode.id
         episode.moves.append(handoff)
-        for client in (handoff.to, *handoff.from_):
-            self.latest[(handoff.queue, client)] = handoff
 
     # -- what was consumed ------------------------------------------------------------
 
     def consumed_ranges(self, client: str, queue: str, ranges, ts: int) -> int:
         """``client``'s listener was given ``ranges`` ([start, end) offsets) of ``queue``;
-        returns how many of those offsets another client had consumed already."""
-        per_client = self.consumed.setdefault(queue, {})
-        others = [r for c, rs in per_client.items() if c != client for r in rs]
-        mine = per_client.setdefault(client, [])
+        returns how many of them are duplicates of a hand-off (see the module doc)."""
+        tenure = self.tenures.get((queue, client))
+        if tenure is None:   # consuming a queue we never saw it take: a tenure of unknown start
+            tenure = self.tenures[(queue, client)] = Tenure(client, ts)
+        tenure.last_ts = ts
         total = 0
         for start, end in ranges:
-            twice = _covered(start, end, others)
-            total += twice
-            if mine and mine[-1][1] == start:
-                mine[-1][1], mine[-1][2] = end, ts
-            else:
-                mine.append([start, end, ts])
-        if total:
-            handoff = self.latest.get((queue, client))
-            if handoff is not None:
-                handoff.duplicates += total
-            else:
-                self.unattributed.append((ts, total))
+            for s, e in tenure.add(start, end):
+                into = tenure.into
+                if into is not None and into.from_tenures:
+                    twice = _covered(s, e, [r for t in into.from_tenures for r in t.ranges])
+                    into.duplicates += twice
+                    total += twice
+                for handoff in tenure.out_of:
+                    twice = handoff.to_tenure.covered(s, e) if handoff.to_tenure else 0
+                    handoff.duplicates += twice
+                    total += twice
         return total
 
     # -- lag --------------------------------------------------------------------------
@@ -202,8 +240,9 @@ class GroupHandoffs:
     def set_lag(self, queue: str, lag: int, ts: int) -> None:
         self.lag[queue] = lag
         for client in self.holding.get(queue, ()):
-            handoff = self.latest.get((queue, client))
-            if handoff is not None and handoff.to == client and ts - handoff.added_ts <= LAG_WATCH_MS:
+            tenure = self.tenures.get((queue, client))
+            handoff = tenure.into if tenure is not None else None
+            if handoff is not None and ts - handoff.added_ts <= LAG_WATCH_MS:
                 handoff.lag_peak = lag if handoff.lag_peak is None else max(handoff.lag_peak, lag)
 
     # -- views ------------------------------------------------------------------------
@@ -211,35 +250,25 @@ class GroupHandoffs:
     def forget_before(self, now_ms: int) -> None:
         horizon = now_ms - self.window_ms
         while self.rebalances and self.rebalances[0].last_ts < horizon:
-            old = self.rebalances.popleft()
-            for handoff in old.moves:
-                for client in (handoff.to, *handoff.from_):
-                    if self.latest.get((handoff.queue, client)) is handoff:
-                        del self.latest[(handoff.queue, client)]
-        while self.unattributed and self.unattributed[0][0] < horizon:
-            self.unattributed.popleft()
-        for queue, per_client in list(self.consumed.items()):
-            for client, ranges in list(per_client.items()):
-                kept = [r for r in ranges if r[2] >= horizon]
-                if kept:
-                    per_client[client] = kept
-                else:
-                    del per_client[client]
-            if not per_client:
-                del self.consumed[queue]
+            self.rebalances.popleft()
+        for key, tenure in list(self.tenures.items()):
+            queue, client = key
+            if tenure.last_ts < horizon and client not in self.holding.get(queue, {}):
+                del self.tenures[key]
+            elif tenure.into is not None and tenure.into.added_ts < horizon:
+                tenure.into = None          # its hand-off is forgotten: nothing to charge
+                tenure.out_of = [h for h in tenure.out_of if h.added_ts >= horizon]
 
     def snapshot(self, now_ms: int, limit: int = 60) -> dict:
         """Totals over the window and the latest ``limit`` rebalances (summaries)."""
         summaries = [r.summary(now_ms) for r in self.rebalances]
         spikes = [s["lag_spike"] for s in summaries if s["lag_spike"] is not None]
-        unattributed = sum(n for _, n in self.unattributed)
         return {
             "window_ms": self.window_ms,
             "totals": {
                 "rebalances": len(summaries),
                 "moved": sum(s["moved"] for s in summaries),
-                "duplicates": sum(s["duplicates"] for s in summaries) + unattributed,
-                "unattributed_duplicates": unattributed,
+                "duplicates": sum(s["duplicates"] for s in summaries),
                 "gap_ms": max((s["gap_ms"] for s in summaries), default=0),
                 "overlap_ms": max((s["overlap_ms"] for s in summaries), default=0),
                 "lag_spike": max(spikes, default=None),
@@ -265,6 +294,17 @@ def rebalance_detail(group, rebalance_id) -> dict:
         raise LabError(f"group {group.name} has no rebalance {rebalance_id} in the last "
                        f"{group.handoffs.window_ms // 60000} minutes (rebalances that moved no queue are not kept)")
     return {"group": group.name, **found}
+
+
+def _merge(ranges: list[list[int]]) -> list[list[int]]:
+    ranges.sort()
+    merged = [ranges[0]]
+    for start, end in ranges[1:]:
+        if start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
 
 
 def _covered(start: int, end: int, ranges) -> int:

@@ -1279,20 +1279,23 @@
       setAttr(mark, "aria-label", `rebalance at ${clock(r.ts)}: ${plural(r.moved, "queue")} moved, ${plural(r.duplicates, "duplicate")}`);
       setStyle(mark, `left:${Math.max(0, Math.min(100, 100 - ((now - r.ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`);
       // An open rebalance whose figures moved on (the new owner caught up): ask again.
-      if (open && open.id === r.id && open.stamp !== `${r.moved}|${r.duplicates}|${r.gap_ms}|${r.overlap_ms}|${r.lag_spike}`) {
+      if (open && open.id === r.id && !open.loading && open.stamp !== `${r.moved}|${r.duplicates}|${r.gap_ms}|${r.overlap_ms}|${r.lag_spike}`) {
         openHandoff(card, g.name, r.id, true);
       }
     }
-    setClass(strip, "empty", !rebalances.length);
+    setClass(strip, "no-rebalances", !rebalances.length);   // not "empty": that class is the groups' placeholder
   }
 
   async function openHandoff(card, name, id, refresh = false) {
     const panel = card.querySelector('[data-role="handoff"]');
     const current = openRebalance.get(name);
-    if (!refresh && current && current.id === id) return closeHandoff(card, name);   // a second click closes
+    if (refresh) {
+      if (!current || current.id !== id || current.loading) return;   // closed meanwhile, or already asking
+    } else if (current && current.id === id) {
+      return closeHandoff(card, name);   // a second click closes
+    }
     const entry = { id, stamp: current && current.id === id ? current.stamp : "", loading: true };
     openRebalance.set(name, entry);
-    if (refresh && current && current.loading) return;
     try {
       const response = await fetch(`/api/groups/${encodeURIComponent(name)}/rebalances/${id}`, { credentials: "same-origin" });
       const answer = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
