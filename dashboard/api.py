@@ -217,6 +217,43 @@ async def group_rebalance(request, group, rebalance_id):
     return await bus.request("rebalance", group=group, rebalance_id=rebalance_id)
 
 
+def _query_int(request, name: str, default: int | None, low: int, high: int) -> int:
+    """An integer query parameter within [low, high]; 400 naming it otherwise."""
+    text = request.GET.get(name)
+    if text is None:
+        if default is None:
+            raise BadRequest(f"missing query parameter {name!r}")
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f"{name!r} must be an integer, not {text!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name!r} must be between {low} and {high}, not {value}")
+    return value
+
+
+def _only(request, *names: str) -> None:
+    unknown = sorted(set(request.GET) - set(names))
+    if unknown:
+        raise BadRequest(f"unknown query parameter(s): {', '.join(unknown)}")
+
+
+@lab_view("GET")
+async def group_lag_series(request, group):
+    """The group's lag over the last ?seconds= (300; at most 900), one point a second:
+    total, largest time lag, and per queue (consumers_app/lab/timeline.py)."""
+    _only(request, "seconds")
+    return await bus.request("lag_series", group=group, seconds=_query_int(request, "seconds", 300, 1, 900))
+
+
+@lab_view("GET")
+async def group_view_at(request, group):
+    """The assignment view as it was at ?ts= (ms since the epoch), within the last 15 minutes."""
+    _only(request, "ts")
+    return await bus.request("view_at", group=group, ts=_query_int(request, "ts", None, 0, 2**53))
+
+
 @lab_view("POST")
 async def group_mode(request, group):
     mode = body(request, {"mode": "name"})["mode"]

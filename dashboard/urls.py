@@ -12,6 +12,8 @@ api_patterns = [
     path("groups/<str:group>/strategy", api.group_strategy, name="api-group-strategy"),
     path("groups/<str:group>/strategy/preview", api.group_strategy_preview, name="api-group-strategy-preview"),
     path("groups/<str:group>/rebalances/<int:rebalance_id>", api.group_rebalance, name="api-group-rebalance"),
+    path("groups/<str:group>/lag", api.group_lag_series, name="api-group-lag-series"),
+    path("groups/<str:group>/at", api.group_view_at, name="api-group-view-at"),
     path("groups/<str:group>/mode", api.group_mode, name="api-group-mode"),
     path("groups/<str:group>/consumers", api.group_consumers, name="api-group-consumers"),
     re_path(rf"^consumers/(?P<client_id>[^/]+)/(?P<action>{CONSUMER_ACTION})$", api.consumer_action,

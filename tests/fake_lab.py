@@ -18,6 +18,7 @@ from consumers_app.events import make_event, now_ms
 from consumers_app.lab import bus
 from consumers_app.lab.state import LabState
 from consumers_app.lab.handoff import rebalance_detail
+from consumers_app.lab.timeline import lag_series, view_at
 from consumers_app.lab.whatif import preview_group
 from consumers_app.message_queue import MessageQueue
 
@@ -146,6 +147,12 @@ class FakeLab:
 
     def do_rebalance(self, group, rebalance_id):
         return rebalance_detail(self._group(group), rebalance_id)
+
+    def do_lag_series(self, group, seconds):
+        return lag_series(self._group(group), seconds)
+
+    def do_view_at(self, group, ts):
+        return view_at(self._group(group), ts)
 
     def do_set_mode(self, group, mode):
         self._group(group).mode = mode

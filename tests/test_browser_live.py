@@ -142,6 +142,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     expect(page.locator(f'{GROUP} [data-role="preview-summary"]')).to_have_attribute("data-moved", str(moving))
     page.click(f'{GROUP} [data-action="apply-strategy"]')
     wait_for_owners(page, lambda o: o == circle, "AVG_BY_CIRCLE's owners")
+    circled_at = time.time() * 1000
     expect(page.locator(GROUP)).to_have_attribute("data-strategy", "AVG_BY_CIRCLE")
     screenshot(page, "02-avg-by-circle")
 
@@ -152,6 +153,9 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     page.fill(f'{GROUP} input[name="ms"]', "100")
     page.click(f'{GROUP} [data-action="slow"]')
     expect(page.locator(f'{GROUP} tr[data-consumer="{victim}"] .faults')).to_have_text("slow 100 ms")
+    # The lab keeps a sample a second: let it keep a few of this assignment (the replay below).
+    wait_until(lambda: page.evaluate("async () => (await (await fetch('/api/groups/GID_LAB/lag?seconds=60')).json()).ts.at(-1)")
+               >= circled_at + 3000, timeout=20, interval=0.5, message="samples of the switched assignment")
     killed_at = time.time() * 1000
     page.click(f'{GROUP} [data-action="kill"]')
     after = expected("AVG_BY_CIRCLE", start, survivors)
@@ -160,6 +164,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     expect(page.locator("#membership-log")).to_contain_text(victim)
     screenshot(page, "03-killed")
     check_the_kills_hand_off(page, victim, [q for q in start if circle[q] == victim], killed_at)
+    check_the_replay_before_the_kill(page, victim, [q for q in start if circle[q] == victim], killed_at)
 
     # Hang a survivor and flood the topic: its ProcessQueues fill to the threshold.
     hung = survivors[0]
@@ -175,10 +180,13 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
 
 
 def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at: float) -> None:
-    """The newest rebalance on the strip is the kill's (with the switch before, when they
-    came close together): its panel lists the victim's queues moving to the survivors, and says how many messages were consumed twice - the count
+    """The kill's rebalance is on the strip: its panel lists the victim's queues moving to the survivors, and says how many messages were consumed twice - the count
     computed here from the consumers' own consume events, exactly."""
-    mark = page.locator(f'{GROUP} [data-role="rebalances"] .rebalance-mark').last
+    marks = f'{GROUP} [data-role="rebalances"] .rebalance-mark'
+    rebalance_id = wait_until(lambda: page.eval_on_selector_all(marks, """(marks, killedAt) =>
+        marks.filter((m) => Number(m.dataset.endTs) >= killedAt).map((m) => m.dataset.rebalanceId).at(-1)""", killed_at),
+        timeout=20, interval=0.2, message="the kill's rebalance on the strip")
+    mark = page.locator(f'{marks}[data-rebalance-id="{rebalance_id}"]')
     expect(mark).to_have_attribute("title", re.compile(victim))
     mark.click()
     summary = page.locator(f'{GROUP} [data-role="handoff-summary"]')
@@ -201,6 +209,22 @@ def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at
     screenshot(page, "03b-hand-off")
     page.click(f'{GROUP} [data-action="close-handoff"]')
     expect(summary).to_have_count(0)
+
+
+def check_the_replay_before_the_kill(page, victim: str, its_queues: list[str], killed_at: float) -> None:
+    """The lag lines are drawn; the Replay slider set to 2 s before the kill shows the
+    victim owning its queues again, and Back to live shows the survivors."""
+    expect(page.locator(f'{GROUP} [data-role="total-lag"]')).to_contain_text("total lag")
+    expect(page.locator(f'{GROUP} tr.trend svg.spark').first).to_be_attached()
+    seconds_ago = round((time.time() * 1000 - killed_at) / 1000) + 1   # a second or so before the kill
+    page.eval_on_selector(f'{GROUP} [data-role="replay"]',
+                          "(slider, v) => { slider.value = String(v); slider.dispatchEvent(new Event('input')); }", -seconds_ago)
+    expect(page.locator(GROUP)).to_have_attribute("data-replay", re.compile(r"^\d+$"))
+    wait_for_owners(page, lambda o: all(o[q] == victim for q in its_queues), f"{victim} owning its queues in the replay")
+    screenshot(page, "03c-replay")
+    page.click(f'{GROUP} [data-action="live"]')
+    wait_for_owners(page, lambda o: victim not in o.values(), "the live owners again")
+    expect(page.locator(GROUP)).not_to_have_attribute("data-replay", re.compile(".*"))
 
 
 def test_a_pop_group_shows_who_received_each_queues_messages(page):

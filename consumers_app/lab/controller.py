@@ -49,6 +49,7 @@ from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
 from .handoff import rebalance_detail
+from .timeline import lag_series, view_at
 from .whatif import preview_group
 
 log = logging.getLogger(__name__)
@@ -475,6 +476,14 @@ class LabController:
     async def action_rebalance(self, group, rebalance_id) -> dict:
         """One of the group's recent rebalances with its hand-offs (handoff.py); read-only."""
         return rebalance_detail(self._valid_group(group), rebalance_id)
+
+    async def action_lag_series(self, group, seconds) -> dict:
+        """The group's lag, one point a second (timeline.py); read-only."""
+        return lag_series(self._valid_group(group), seconds)
+
+    async def action_view_at(self, group, ts) -> dict:
+        """The group's queues as they were at ``ts`` (timeline.py); read-only."""
+        return view_at(self._valid_group(group), ts)
 
     async def action_set_mode(self, group, mode) -> dict:
         target = self._valid_group(group)

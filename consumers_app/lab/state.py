@@ -25,6 +25,7 @@ from consumers_app.javastr import java_key
 from consumers_app.message_queue import broker_of, parse_label
 
 from .handoff import GroupHandoffs
+from .timeline import GroupTimeline
 
 # Figures that describe "now" and are superseded by the next report: only the latest
 # one per (type, group, client, queue) within a flush reaches the browsers.
@@ -98,6 +99,8 @@ class GroupState:
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     # What each rebalance did to messages: hand-offs, gaps, overlaps, duplicates (handoff.py).
     handoffs: GroupHandoffs = field(default_factory=GroupHandoffs)
+    # One sample a second of the last 15 minutes: sparklines and replay (timeline.py).
+    timeline: GroupTimeline = field(default_factory=GroupTimeline)
 
 
 class LabState:
@@ -195,6 +198,7 @@ class LabState:
         for label, figures in fresh.items():
             group.handoffs.set_lag(label, figures["lag"], now_ms)
         group.handoffs.forget_before(now_ms)
+        group.timeline.add(now_ms, self.queue_view(group)[0])
 
     def _holding_changed(self, group: GroupState, client_id: str, ts: int, reason: str = "") -> None:
         """Tell the group's hand-off record what ``client_id`` consumes now: its assignment
@@ -358,7 +362,8 @@ class LabState:
                     owners.setdefault(x, []).append(client_id)
         return {label: sort_ids(ids) for label, ids in owners.items()}
 
-    def group_snapshot(self, group: GroupState) -> dict:
+    def queue_view(self, group: GroupState) -> tuple[dict, dict]:
+        """Per queue label its figures and owners, and the queues not owned exactly once."""
         owners = self.owners(group)
         labels = sort_labels(set(self.topics.get(group.topic, [])) | set(group.offsets) | set(owners))
         queues = {}
@@ -383,6 +388,10 @@ class LabState:
             readable = label in self.topics.get(group.topic, []) and self.brokers.get(broker_of(label), True)
             if group.mode != "pop" and readable and len(held_by) != 1:
                 issues[label] = "unowned" if not held_by else "shared"
+        return queues, issues
+
+    def group_snapshot(self, group: GroupState) -> dict:
+        queues, issues = self.queue_view(group)
         clients = {
             c.client_id: {"status": c.status, "mode": c.mode, "worker": c.worker_id, "strategy": c.strategy,
                           "slow_ms": c.slow_ms, "fail_ratio": c.fail_ratio, "client": c.client,

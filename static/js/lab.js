@@ -128,6 +128,7 @@
       for (const e of g.flow_control || []) flowEvent({ ...e, type: "flow_control", group: e.group || name });
     }
     lab.groups = groups;
+    for (const [name, g] of Object.entries(groups)) appendLag(name, g);
     if (snap.topics) {
       lab.topics = snap.topics;
       topicsVersion += 1;
@@ -458,6 +459,12 @@
       el("div", { class: "rebalance-strip", "data-role": "rebalances", role: "group",
         "aria-label": "rebalances of the last 15 minutes that moved queues: click one for its hand-offs" }),
       el("div", { class: "handoff-panel", "data-role": "handoff", hidden: true }),
+      el("div", { class: "lag-lines", "data-role": "lag-lines" }),
+      el("div", { class: "replay" },
+        el("label", {}, "Replay ", el("input", { type: "range", "data-role": "replay", min: -900, max: 0, step: 1, value: 0,
+          "aria-label": "replay the last 15 minutes: seconds before now (0 = live)" })),
+        el("span", { class: "replay-state", "data-role": "replay-state" }, "live"),
+        el("button", { type: "button", "data-action": "live", hidden: true }, "Back to live")),
       el("p", { class: "rebalance", "data-role": "route-change" }),
       el("p", { class: "rebalance skipped", "data-role": "skipped" }),
       el("div", { class: "matrix-wrap" }),
@@ -465,6 +472,10 @@
       el("div", { class: "pq-chart chart", id: `pq-${name}` }));
     if (steer) card.append(buildConsumerControls(name));
     strategySelect.addEventListener("change", () => previewStrategy(card, name, strategySelect.value));
+    const slider = card.querySelector('[data-role="replay"]');
+    slider.addEventListener("input", () => replayAt(card, name, Number(slider.value)));
+    card.querySelector('[data-action="live"]').addEventListener("click", () => { slider.value = "0"; replayAt(card, name, 0); });
+    loadLagSeries(name);
     resizer.observe(card.querySelector(".pq-chart"));
     return card;
   }
@@ -521,7 +532,8 @@
   function updateGroupCard(card, g) {
     refreshPreview(card, g);
     // A frame with nothing new for this group (another group's event) costs nothing here.
-    const stamp = `${g.version}|${topicsVersion}`;
+    const replay = replays.get(g.name);
+    const stamp = `${g.version}|${topicsVersion}|${replay ? replay.ts : "live"}|${lagSeries.get(g.name)?.version || 0}`;
     if (card.shownGroup === g && card.shownStamp === stamp) return;
     card.shownGroup = g;
     card.shownStamp = stamp;
@@ -540,7 +552,8 @@
     // RocketMQ's answer to an offset that retention deleted: go on from the oldest kept message.
     setText(card.querySelector('[data-role="skipped"]'), g.skipped
       ? `${fmt(g.skipped)} message(s) skipped: retention deleted them before the group consumed them (offsets corrected by the broker)` : "");
-    updateAssignmentView(card, g);
+    updateAssignmentView(card, replay ? replayedGroup(g, replay) : g);
+    showLagLines(card, g);
     updateConsumerControls(card, g);
   }
 
@@ -665,6 +678,7 @@
     ["lag", (t, q) => [q ? fmt(q.lag) : "–", false]],
     ["time lag", (t, q) => [q ? fmtMs(q.time_lag_ms) : "–", false]],
   ];
+  const TREND = "lag, 5 min";
 
   // Small groups: consumers × queues, a cell filled in its consumer's colour when that
   // consumer claims the queue (push, lite-pull) or recently received from it (pop), and
@@ -695,6 +709,7 @@
           setText(td, text);
           setClass(td, "hot", hot);
         }
+        drawSparkline(this.figures.get(TREND).get(label), lagSeries.get(g.name)?.queues.get(label), 64, 18);
       }
     }
 
@@ -716,10 +731,10 @@
         this.cells.set(cid, cells);
         return tr;
       });
-      const foot = METRICS.map(([title]) => {
+      const foot = [...METRICS.map(([title]) => title), TREND].map((title) => {
         const tds = new Map(queues.map((label) => [label, el("td", { "data-cell-queue": label })]));
         this.figures.set(title, tds);
-        return el("tr", { class: "metric" }, el("th", { scope: "row" }, title), [...tds.values()]);
+        return el("tr", { class: title === TREND ? "metric trend" : "metric" }, el("th", { scope: "row" }, title), [...tds.values()]);
       });
       this.root.className = `matrix${pop ? " pop" : ""}`;
       this.root.replaceChildren(el("thead", {}, head), el("tbody", {}, rows), el("tfoot", {}, foot));
@@ -981,9 +996,13 @@
       if (!this.cells.has(label)) return this.hideTip();
       const held = this.holders.get(label);
       const lines = queueDetails(this.g, label, queueFacts(this.g, label, held), pqTotals(this.g, label, held));
-      if (this.tip.dataset.text === lines.join("\n")) return;
-      this.tip.dataset.text = lines.join("\n");
-      this.tip.replaceChildren(...lines.map((line, i) => el(i ? "div" : "b", {}, line)));
+      const series = lagSeries.get(this.g.name);
+      const key = `${lines.join("\n")}|${series ? series.version : 0}`;
+      if (this.tip.dataset.text === key) return;
+      this.tip.dataset.text = key;
+      const trend = el("div", { class: "tip-trend" });
+      drawSparkline(trend, series?.queues.get(label), 180, 32);
+      this.tip.replaceChildren(...lines.map((line, i) => el(i ? "div" : "b", {}, line)), el("div", { class: "muted" }, "lag, last 5 min"), trend);
     }
   }
 
@@ -1228,6 +1247,161 @@
     views.get(name)?.markMoves(NO_MOVES);
   }
 
+  // ------------------------------------------------------------------ lag lines and replay
+  //
+  // The controller keeps a sample a second of the last 15 minutes (timeline.py). The page
+  // asks it once for the last 5 minutes of lag, then appends each snapshot's figures: each
+  // queue's lag as a sparkline (matrix row, grid tooltip), the group's total lag and time
+  // lag as lines. The Replay slider shows the assignment view at a past second instead.
+
+  const SERIES_MS = 5 * 60 * 1000;
+  const lagSeries = new Map();   // group -> {version, ts: [], total: [], time: [], queues: Map(label -> [])}
+  const replays = new Map();     // group -> the sample shown instead of now ({ts, queues})
+
+  async function loadLagSeries(name) {
+    try {
+      const response = await fetch(`/api/groups/${encodeURIComponent(name)}/lag?seconds=300`, { credentials: "same-origin" });
+      if (!response.ok) return;
+      const s = await response.json();
+      const mine = lagSeries.get(name);
+      const since = mine && mine.ts.length ? mine.ts[0] : Infinity;   // keep what snapshots added meanwhile
+      const keep = s.ts.filter((ts) => ts < since).length;
+      const merged = { version: (mine?.version || 0) + 1, ts: s.ts.slice(0, keep), total: s.total_lag.slice(0, keep),
+        time: s.time_lag_ms.slice(0, keep), queues: new Map(Object.entries(s.queues).map(([label, v]) => [label, v.slice(0, keep)])) };
+      if (mine) {
+        merged.ts.push(...mine.ts);
+        merged.total.push(...mine.total);
+        merged.time.push(...mine.time);
+        const n = mine.ts.length;
+        for (const [label, values] of mine.queues) {
+          const before = merged.queues.get(label) || new Array(keep).fill(null);
+          merged.queues.set(label, before.concat(values));
+        }
+        for (const [label, values] of merged.queues) if (values.length < keep + n) values.push(...new Array(keep + n - values.length).fill(null));
+      }
+      lagSeries.set(name, merged);
+      scheduleRender();
+    } catch (err) {
+      // The lines start empty and fill from the snapshots instead.
+    }
+  }
+
+  function appendLag(name, g) {
+    let s = lagSeries.get(name);
+    if (!s) lagSeries.set(name, (s = { version: 0, ts: [], total: [], time: [], queues: new Map() }));
+    const now = Date.now();
+    const n = s.ts.length;
+    let total = 0, time = 0;
+    for (const [label, q] of Object.entries(g.queues)) {
+      total += q.lag || 0;
+      time = Math.max(time, q.time_lag_ms || 0);
+      let values = s.queues.get(label);
+      if (!values) s.queues.set(label, (values = new Array(n).fill(null)));
+      values.push(q.lag || 0);
+    }
+    for (const values of s.queues.values()) if (values.length === n) values.push(null);
+    s.ts.push(now);
+    s.total.push(total);
+    s.time.push(time);
+    let drop = 0;
+    while (drop < s.ts.length && s.ts[drop] < now - SERIES_MS) drop += 1;
+    if (drop) {
+      for (const key of ["ts", "total", "time"]) s[key].splice(0, drop);
+      for (const [label, values] of s.queues) {
+        values.splice(0, drop);
+        if (values.every((v) => v === null)) s.queues.delete(label);
+      }
+    }
+    s.version += 1;
+  }
+
+  // A line of `values` (nulls break it) in an inline SVG filling `host`.
+  function drawSparkline(host, values, width, height) {
+    if (!host) return;
+    const key = values ? `${values.length}|${values.at(-1)}|${values[0]}` : "";
+    if (host.drawnKey === key) return;
+    host.drawnKey = key;
+    if (!values || !values.length) return host.replaceChildren();
+    const max = Math.max(1, ...values.filter((v) => v !== null));
+    const step = values.length > 1 ? width / (values.length - 1) : 0;
+    let d = "", pen = false;
+    values.forEach((v, i) => {
+      if (v === null) { pen = false; return; }
+      d += `${pen ? "L" : "M"}${(i * step).toFixed(1)},${(height - 1 - (v / max) * (height - 2)).toFixed(1)}`;
+      pen = true;
+    });
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", `lag from ${values.find((v) => v !== null) ?? 0} to ${values.at(-1) ?? 0}, peak ${max}`);
+    const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+    path.setAttribute("d", d);
+    svg.append(path);
+    host.replaceChildren(svg);
+  }
+
+  function showLagLines(card, g) {
+    const host = card.querySelector('[data-role="lag-lines"]');
+    const s = lagSeries.get(g.name);
+    if (!s || !s.ts.length) return;
+    if (host.shownVersion === s.version) return;
+    host.shownVersion = s.version;
+    if (!host.firstChild) {
+      host.append(el("span", { class: "lag-line", "data-role": "total-lag" }, el("span", { class: "what" }), el("span", { class: "line" })),
+        el("span", { class: "lag-line", "data-role": "time-lag" }, el("span", { class: "what" }), el("span", { class: "line" })));
+    }
+    const [total, time] = host.children;
+    setText(total.firstChild, `total lag ${fmt(s.total.at(-1))} (5 min peak ${fmt(Math.max(...s.total))})`);
+    setText(time.firstChild, `time lag ${fmtMs(s.time.at(-1))}`);
+    drawSparkline(total.lastChild, s.total, 240, 28);
+    drawSparkline(time.lastChild, s.time, 240, 28);
+  }
+
+  let replayTimer = null;
+  function replayAt(card, name, secondsAgo) {
+    clearTimeout(replayTimer);
+    const state = card.querySelector('[data-role="replay-state"]');
+    const live = card.querySelector('[data-action="live"]');
+    if (secondsAgo >= 0) {
+      replays.delete(name);
+      setText(state, "live");
+      live.hidden = true;
+      delete card.dataset.replay;
+      return scheduleRender();
+    }
+    // Ask once the slider rests for a moment: dragging it must not flood the server.
+    replayTimer = setTimeout(async () => {
+      const ts = Date.now() + secondsAgo * 1000;
+      const response = await fetch(`/api/groups/${encodeURIComponent(name)}/at?ts=${Math.round(ts)}`, { credentials: "same-origin" });
+      const answer = await response.json().catch(() => ({ error: `${response.status}` }));
+      if (Number(card.querySelector('[data-role="replay"]').value) !== secondsAgo) return;   // moved on meanwhile
+      if (!response.ok) {
+        setText(state, answer.error || "nothing kept for that time");
+        return;
+      }
+      replays.set(name, answer);
+      card.dataset.replay = String(answer.ts);
+      setText(state, `replaying ${clock(answer.ts)} (${fmtMs(Date.now() - answer.ts)} ago)`);
+      live.hidden = false;
+      scheduleRender();
+    }, 150);
+  }
+
+  // The group as the replayed second saw it: owners, lag and cached messages per queue.
+  function replayedGroup(g, replay) {
+    const assignments = {};
+    const queues = {}, pq = {};
+    for (const [label, q] of Object.entries(replay.queues)) {
+      for (const cid of q.owners) (assignments[cid] = assignments[cid] || []).push(label);
+      queues[label] = { lag: q.lag, time_lag_ms: q.time_lag_ms };
+      pq[label] = { "*": { cached_count: q.cached_count, cached_bytes: 0, span: 0 } };
+    }
+    return { ...g, assignments, queues, pq, pops: {} };
+  }
+
   // ------------------------------------------------------------------ hand-offs
   //
   // What each rebalance did to messages (consumers_app/lab/handoff.py): the strip shows the
@@ -1271,6 +1445,8 @@
           onclick: () => openHandoff(card, g.name, r.id) });
         strip.append(mark);
       }
+      setData(mark, "ts", String(r.ts));
+      setData(mark, "endTs", String(r.end_ts));
       setData(mark, "duplicates", String(r.duplicates));
       setData(mark, "moved", String(r.moved));
       setClass(mark, "dupes", r.duplicates > 0);
