@@ -3,6 +3,7 @@
     .venv/bin/python bench/page_render.py                          # 16x64, 64x256, 128x1024; 20 s each
     .venv/bin/python bench/page_render.py --sizes 64x256 --seconds 5
     .venv/bin/python bench/page_render.py --lab-js /tmp/old-lab.js  # another lab.js, to compare versions
+    .venv/bin/python bench/page_render.py --sizes 4x16,64x256 --seconds 5 --screenshots docs/  # the README's pictures
 
 For each size (consumers x queues: one group, GID_LAB, on 4 brokers, 8 from 1024 queues) this
 script serves the dashboard on daphne with a churning FakeLab inside (itself, with --serve)
@@ -24,7 +25,6 @@ import argparse
 import math
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -36,8 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-CHROMIUM = "/usr/bin/chromium"
-LOGIN_LINE = re.compile(r"open (http://\S+/login/\?token=\S+)")
+from tests.browser import chromium, have_chromium, login_url  # noqa: E402
+
 TICK_S = 0.1
 MOVES_PER_TICK = 2          # queues that change owner every tick (two assignment events each)
 SNAPSHOT_EVERY = 10         # ticks: once a second, as the controller
@@ -154,9 +154,9 @@ def start_server(size: str, data_dir: str):
     threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and process.poll() is None:
-        found = next((m for m in map(LOGIN_LINE.search, lines) if m), None)
+        found = login_url(lines)
         if found:
-            return process, found.group(1)
+            return process, found
         time.sleep(0.1)  # noqa: sleep-ok - polling the server's output, bounded by the deadline
     process.kill()
     raise SystemExit(f"the {size} server did not start:\n{''.join(lines)}")
@@ -181,7 +181,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else float("nan")
 
 
-def measure(browser, size: str, seconds: float, lab_js: str | None) -> dict:
+def measure(browser, size: str, seconds: float, lab_js: str | None, screenshots: str | None = None) -> dict:
     consumers, queues = map(int, size.split("x"))
     with tempfile.TemporaryDirectory(prefix="page-render-") as data_dir:
         process, url = start_server(size, data_dir)
@@ -200,6 +200,8 @@ def measure(browser, size: str, seconds: float, lab_js: str | None) -> dict:
             page.wait_for_timeout(seconds * 1000)   # the measured churn
             seen = page.evaluate("() => window.bench")
             after = heap_used(cdp)
+            if screenshots:   # what a user sees at this size, mid-churn (the viewport, no scrolling)
+                page.screenshot(path=str(Path(screenshots) / f"live-{size}.png"))
             page.close()
         finally:
             process.send_signal(signal.SIGTERM)
@@ -219,31 +221,26 @@ def main() -> None:
     parser.add_argument("--sizes", default="16x64,64x256,128x1024", help="consumers x queues, comma-separated")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--lab-js", help="serve this file as static/js/lab.js (compare versions)")
+    parser.add_argument("--screenshots", help="save each size's page (1600x900) as DIR/live-CxQ.png")
     parser.add_argument("--serve", help=argparse.SUPPRESS)   # the server role: a size
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve_role(args.serve, args.port)
         return
-    if not os.path.exists(CHROMIUM):
+    if not have_chromium():
         raise SystemExit("Debian's chromium is not installed (make chromium)")
-    from playwright.sync_api import sync_playwright
 
     print(f"load average {os.getloadavg()[0]:.1f}; {args.seconds:g} s of churn per size: every {TICK_S * 1000:.0f} ms "
           f"{MOVES_PER_TICK} queues change owner, 1/{SNAPSHOT_EVERY} of the queues report pq figures; a snapshot a second"
           + (f"; lab.js from {args.lab_js}" if args.lab_js else ""), flush=True)
     print(f"{'size':>9}  {'TBT':>9}  {'long tasks':>10}  {'heap before → after':>20}  {'latency p50 / p99 (n)':>24}  {'frames':>7}  snapshots")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"])
-        try:
-            for size in args.sizes.split(","):
-                r = measure(browser, size.strip(), args.seconds, args.lab_js)
-                print(f"{r['size']:>9}  {r['tbt_ms']:>7.0f} ms  {r['long_tasks']:>10}  "
-                      f"{r['heap_before']:>7.1f} → {r['heap_after']:>5.1f} MiB  "
-                      f"{r['p50']:>7.0f} / {r['p99']:>5.0f} ms ({r['samples']:>4})  {r['frames']:>7}  {r['snapshots']:>9}", flush=True)
-        finally:
-            browser.close()
+    with chromium() as browser:
+        for size in args.sizes.split(","):
+            r = measure(browser, size.strip(), args.seconds, args.lab_js, args.screenshots)
+            print(f"{r['size']:>9}  {r['tbt_ms']:>7.0f} ms  {r['long_tasks']:>10}  "
+                  f"{r['heap_before']:>7.1f} → {r['heap_after']:>5.1f} MiB  "
+                  f"{r['p50']:>7.0f} / {r['p99']:>5.0f} ms ({r['samples']:>4})  {r['frames']:>7}  {r['snapshots']:>9}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,27 +5,25 @@ group to AVG_BY_CIRCLE (previewed, then applied) and see RocketMQ's allocation, 
 queues move, hang one and see flow control, add a pop group. Screenshots go to
 test-output/screenshots/.
 """
-import os
 import re
 import signal
 import threading
 import time
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.message_queue import MessageQueue
 
+from .browser import chromium, have_chromium, login_url
 from .consumed import duplicates_of_move
 from .support import REPO, free_port, manage_py, wait_until
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
 SHOTS = REPO / "test-output" / "screenshots"
 GROUP = '.group[data-group="GID_LAB"]'
-LOGIN_LINE = re.compile(r"open (http://\S+/login/\?token=\S+)")
 # Short lab timings so a killed consumer is expired in seconds, not RocketMQ's 120 s.
 FAST_LAB = ["--namesrv-port=0", "--remoting-port=0",
             "--broker-arg=--client-expiry-ms=3000", "--broker-arg=--client-scan-ms=500",
@@ -52,7 +50,7 @@ KEEP_CONSUME_EVENTS = """(() => {
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if not os.path.exists(CHROMIUM):
+    if not have_chromium():
         pytest.skip("Debian's chromium is not installed (make chromium)")
     data = tmp_path_factory.mktemp("lab")
     env = {"LAB_DATA_DIR": str(data), "LAB_BROKER": f"127.0.0.1:{free_port()}", "LAB_LAG_SERVICE": "0"}
@@ -62,10 +60,10 @@ def lab(tmp_path_factory):
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
     try:
-        found = wait_until(lambda: next((m for m in map(LOGIN_LINE.search, lines) if m), None)
-                           or process.poll() is not None, timeout=120, message="runlab's login URL")
+        found = wait_until(lambda: login_url(lines) or process.poll() is not None, timeout=120,
+                           message="runlab's login URL")
         assert not isinstance(found, bool), "".join(lines)
-        yield found.group(1)
+        yield found
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
@@ -77,12 +75,8 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run"])
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,16 +19,15 @@ import threading
 from contextlib import contextmanager
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
+from .browser import chromium, have_chromium, login_url
 from .fake_lab import FakeLab, ScaledFakeLab, serve
 from .support import REPO, free_port, wait_until
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
 SHOTS = REPO / "test-output" / "screenshots"
-LOGIN_LINE = re.compile(r"open (http://\S+/login/\?token=\S+)")
 GROUP = '.group[data-group="GID_LAB"]'
 VIEW = '[data-assignment-group="GID_LAB"]'
 # The scale scenario's rebalance under way: (who also claims it, queue), and queues let go.
@@ -40,14 +39,10 @@ UNOWNED = ["broker-a:7", "broker-c:33", "broker-d:0"]
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
+    if not have_chromium():
         pytest.skip("Debian's chromium is not installed (make chromium)")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run"])
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @contextmanager
@@ -60,10 +55,10 @@ def fake_lab_server(scenario: str, data_dir, module: str = __name__):
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
     try:
-        found = wait_until(lambda: next((m for m in map(LOGIN_LINE.search, lines) if m), None)
-                           or process.poll() is not None, timeout=60, message=f"the {scenario} server's login URL")
+        found = wait_until(lambda: login_url(lines) or process.poll() is not None, timeout=60,
+                           message=f"the {scenario} server's login URL")
         assert not isinstance(found, bool), "".join(lines)
-        yield found.group(1)
+        yield found
     finally:
         process.send_signal(signal.SIGTERM)
         try:
