@@ -234,9 +234,28 @@ class OffsetMovedEvent(Event):
     skipped: int = 0
 
 
+@dataclass(kw_only=True, slots=True)
+class HandoffEvent(Event):
+    """One hand-off's figures as they stand (consumers_app/lab/handoff.py), ``client_id``
+    its new owner. For the event log only (the lag history's markers and comparisons): the
+    controller records one whenever a hand-off's figures change; the page asks the API."""
+    type: ClassVar[str] = "handoff"
+    queue_fields: ClassVar[tuple[str, ...]] = ("queue",)
+    topic: str = ""
+    queue: MessageQueue | None = None
+    from_clients: list[str] = dataclasses.field(default_factory=list)
+    rebalance: int = 0
+    added_ts: int = 0
+    released_ts: int | None = None
+    gap_ms: int = 0
+    overlap_ms: int = 0
+    duplicates: int = 0
+    lag_spike: int | None = None
+
+
 EVENT_CLASSES: dict[str, type[Event]] = {cls.type: cls for cls in (
     AssignmentEvent, RebalanceEvent, PqEvent, FlowControlEvent, ConsumeEvent, MembershipEvent,
-    OffsetEvent, PopEvent, FaultEvent, BrokerEvent, RouteEvent, OffsetMovedEvent)}
+    OffsetEvent, PopEvent, FaultEvent, BrokerEvent, RouteEvent, OffsetMovedEvent, HandoffEvent)}
 EVENT_TYPES = frozenset(EVENT_CLASSES)
 
 

@@ -164,3 +164,15 @@ def test_a_pop_group_has_no_hand_offs():
     state.apply(make_event("assignment", "P", "A", topic="T", queues=[MessageQueue("T", "b", -1)]))
     state.apply(make_event("assignment", "P", "B", topic="T", queues=[MessageQueue("T", "b", -1)]))
     assert state.snapshot()["groups"]["P"]["handoffs"]["totals"]["moved"] == 0
+
+
+def test_a_group_that_never_stops_churning_is_cut_into_rebalances_of_bounded_length():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    for i in range(1, 600):   # the queue changes hands every 100 ms for a minute
+        h.set_holding("AB"[i % 2], ["b:0"], T0 + i * 100)
+        h.set_holding("AB"[(i + 1) % 2], [], T0 + i * 100)
+    rebalances = h.snapshot(T0 + 60_000)["rebalances"]
+    assert len(rebalances) >= 2 and sum(r["moved"] for r in rebalances) == 599
+    assert all(r["end_ts"] - r["ts"] <= 30_000 for r in rebalances)
+    assert h.snapshot(T0 + 60_000)["rebalances"][0] is rebalances[0]   # unchanged: not made again

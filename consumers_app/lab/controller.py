@@ -48,7 +48,7 @@ from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
-from .handoff import rebalance_detail
+from .handoff import handoff_events, rebalance_detail
 from .timeline import lag_series, view_at
 from .whatif import preview_group
 
@@ -336,8 +336,10 @@ class LabController:
                 for q in response.queues if q.queue.topic == group.topic
             ])
             await self._peer_assignments(group, response.queues)
+            handoffs = handoff_events(group, ts)   # taken every poll: the changes do not pile up
             if self._recorder is not None:
                 rows += self._snapshot_rows(name, ts, response.queues, self._queue_holders(name))
+                self._unrecorded += handoffs
         if rows:
             try:
                 await asyncio.to_thread(self._recorder.add_snapshot, rows)

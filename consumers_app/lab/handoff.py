@@ -24,12 +24,15 @@ caller passes every timestamp (ms since the epoch).
 from collections import deque
 from dataclasses import dataclass, field
 
-from consumers_app.events import now_ms
+from consumers_app.events import make_event, now_ms
+from consumers_app.message_queue import MessageQueue
 
 from .bus import LabError
 
 WINDOW_MS = 15 * 60 * 1000
 EPISODE_QUIET_MS = 3_000     # a hand-off this close to the last one belongs to the same rebalance
+EPISODE_MAX_MS = 30_000      # ... unless that rebalance began this long ago (a group that churns
+EPISODE_MAX_MOVES = 2_048    # all the time would be one endless rebalance) or is this big
 LAG_WATCH_MS = 30_000        # how long after a hand-off its lag spike is watched
 MAX_REBALANCES = 500         # kept per group, newest last (a floor under the window)
 
@@ -106,8 +109,18 @@ class Rebalance:
     last_ts: int
     reasons: list[str] = field(default_factory=list)
     moves: list[Handoff] = field(default_factory=list)
+    changed: bool = True            # since its summary was last made
+    _summary: dict | None = None
 
     def summary(self, now_ms: int) -> dict:
+        """Made again only when a move changed, or an overlap is still running (it grows
+        with the clock): every snapshot asks for every rebalance of the window."""
+        if self._summary is None or self.changed or self._summary["overlap_ongoing"]:
+            self._summary = self._make_summary(now_ms)
+            self.changed = False
+        return self._summary
+
+    def _make_summary(self, now_ms: int) -> dict:
         moves = [m.to_dict(now_ms) for m in self.moves]
         spikes = [m["lag_spike"] for m in moves if m["lag_spike"] is not None]
         return {
@@ -119,6 +132,7 @@ class Rebalance:
             "overlap_ms": max((m["overlap_ms"] for m in moves), default=0),
             "lag_spike": max(spikes, default=None),
             "clients": sorted({c for m in self.moves for c in (m.to, *m.from_)}),
+            "overlap_ongoing": any(m["overlap_ongoing"] for m in moves),
         }
 
     def detail(self, now_ms: int) -> dict:
@@ -138,6 +152,8 @@ class GroupHandoffs:
         self.lag: dict[str, int] = {}
         self.rebalances: deque[Rebalance] = deque()
         self.reasons: dict[str, str] = {}                    # client -> its latest rebalance's reason
+        self._changed: dict[int, Handoff] = {}               # id() -> hand-offs whose figures moved
+        self._episodes: dict[int, Rebalance] = {}            # id -> the rebalances kept
         self._next_id = 1
 
     # -- holding ----------------------------------------------------------------------
@@ -168,6 +184,7 @@ class GroupHandoffs:
                 still.append(handoff)
             else:
                 handoff.released_ts = ts
+                self._touch(handoff)
         if still:
             self.pending[queue] = still
         else:
@@ -196,21 +213,31 @@ class GroupHandoffs:
                 self.tenures[(queue, old)].out_of.append(handoff)
         self._file(handoff)
 
+    def _touch(self, handoff: Handoff) -> None:
+        """Its figures moved: report it (take_changed) and remake its rebalance's summary."""
+        self._changed[id(handoff)] = handoff
+        episode = self._episodes.get(handoff.rebalance)
+        if episode is not None:
+            episode.changed = True
+
     def _file(self, handoff: Handoff) -> None:
         ts = handoff.added_ts
         episode = self.rebalances[-1] if self.rebalances else None
-        if episode is None or ts - episode.last_ts > EPISODE_QUIET_MS:
+        if (episode is None or ts - episode.last_ts > EPISODE_QUIET_MS or ts - episode.ts > EPISODE_MAX_MS
+                or len(episode.moves) >= EPISODE_MAX_MOVES):
             episode = Rebalance(self._next_id, ts, ts)
             self._next_id += 1
             self.rebalances.append(episode)
+            self._episodes[episode.id] = episode
             while len(self.rebalances) > MAX_REBALANCES:
-                self.rebalances.popleft()
+                self._episodes.pop(self.rebalances.popleft().id, None)
         episode.last_ts = max(episode.last_ts, ts)
         reason = self.reasons.get(handoff.to)
         if reason and reason not in episode.reasons:
             episode.reasons.append(reason)
         handoff.rebalance = episode.id
         episode.moves.append(handoff)
+        self._touch(handoff)
 
     # -- what was consumed ------------------------------------------------------------
 
@@ -227,11 +254,15 @@ class GroupHandoffs:
                 into = tenure.into
                 if into is not None and into.from_tenures:
                     twice = _covered(s, e, [r for t in into.from_tenures for r in t.ranges])
-                    into.duplicates += twice
+                    if twice:
+                        into.duplicates += twice
+                        self._touch(into)
                     total += twice
                 for handoff in tenure.out_of:
                     twice = handoff.to_tenure.covered(s, e) if handoff.to_tenure else 0
-                    handoff.duplicates += twice
+                    if twice:
+                        handoff.duplicates += twice
+                        self._touch(handoff)
                     total += twice
         return total
 
@@ -242,15 +273,17 @@ class GroupHandoffs:
         for client in self.holding.get(queue, ()):
             tenure = self.tenures.get((queue, client))
             handoff = tenure.into if tenure is not None else None
-            if handoff is not None and ts - handoff.added_ts <= LAG_WATCH_MS:
-                handoff.lag_peak = lag if handoff.lag_peak is None else max(handoff.lag_peak, lag)
+            if handoff is not None and ts - handoff.added_ts <= LAG_WATCH_MS and (
+                    handoff.lag_peak is None or lag > handoff.lag_peak):
+                handoff.lag_peak = lag
+                self._touch(handoff)
 
     # -- views ------------------------------------------------------------------------
 
     def forget_before(self, now_ms: int) -> None:
         horizon = now_ms - self.window_ms
         while self.rebalances and self.rebalances[0].last_ts < horizon:
-            self.rebalances.popleft()
+            self._episodes.pop(self.rebalances.popleft().id, None)
         for key, tenure in list(self.tenures.items()):
             queue, client = key
             if tenure.last_ts < horizon and client not in self.holding.get(queue, {}):
@@ -258,6 +291,12 @@ class GroupHandoffs:
             elif tenure.into is not None and tenure.into.added_ts < horizon:
                 tenure.into = None          # its hand-off is forgotten: nothing to charge
                 tenure.out_of = [h for h in tenure.out_of if h.added_ts >= horizon]
+
+    def take_changed(self, now_ms: int) -> list[dict]:
+        """The hand-offs whose figures moved since the last call, as they stand now (for
+        the event log: the lag history marks and compares them)."""
+        changed, self._changed = self._changed, {}
+        return [h.to_dict(now_ms) | {"rebalance": h.rebalance} for h in changed.values()]
 
     def snapshot(self, now_ms: int, limit: int = 60) -> dict:
         """Totals over the window and the latest ``limit`` rebalances (summaries)."""
@@ -277,10 +316,18 @@ class GroupHandoffs:
         }
 
     def detail(self, rebalance_id: int, now_ms: int) -> dict | None:
-        for rebalance in self.rebalances:
-            if rebalance.id == rebalance_id:
-                return rebalance.detail(now_ms)
-        return None
+        rebalance = self._episodes.get(rebalance_id)
+        return rebalance.detail(now_ms) if rebalance is not None else None
+
+
+def handoff_events(group, now_ms: int) -> list:
+    """``handoff`` events for a GroupState's hand-offs whose figures moved (event log only)."""
+    return [make_event("handoff", group.name, h["to"], ts=now_ms, topic=group.topic,
+                       queue=MessageQueue.from_label(group.topic, h["queue"]), from_clients=h["from"],
+                       rebalance=h["rebalance"], added_ts=h["added_ts"], released_ts=h["released_ts"],
+                       gap_ms=h["gap_ms"], overlap_ms=h["overlap_ms"], duplicates=h["duplicates"],
+                       lag_spike=h["lag_spike"])
+            for h in group.handoffs.take_changed(now_ms)]
 
 
 def rebalance_detail(group, rebalance_id) -> dict:
