@@ -3,7 +3,10 @@
 Synthetic offset snapshots - 256 queues sampled every second - at 1M and 10M rows,
 written in the recorder's layout straight from numpy with pyarrow; then the job's wall
 time and rows/s for a full run at each size on local[2], and the time of an incremental
-run after one more minute of recordings.
+run after one more minute of recordings. The event log holds a rebalance that moves two
+queues every 10 s and a fault a minute (what the reports and marks draw). Then each report
+format over a quarter, half and all of the range: its cost per hour of range and that
+extrapolated to 24 hours (reports should cost linear in their range).
 
     .venv/bin/python bench/lag_job.py [--sizes 1000000,10000000] [--master local[2]]
 """
@@ -21,7 +24,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-from consumers_app.lab.recorder import SNAPSHOT_SCHEMA, SNAPSHOTS, write_part  # noqa: E402
+from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS, write_part  # noqa: E402
 
 QUEUES = 256
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -61,8 +64,43 @@ def write_minutes(root: Path, first_minute: int, minutes: int, rng: np.random.Ge
             "oldest_unconsumed_store_ts": np.where(lag > 0, ts - lag * 100, 0).astype(np.int64),
         }, schema=SNAPSHOT_SCHEMA)
         write_part(root, SNAPSHOTS, T0 + m * 60_000, table)
+        write_part(root, EVENTS, T0 + m * 60_000, event_table(m))
         rows += n
     return rows
+
+
+def event_table(minute: int) -> pa.Table:
+    """A rebalance every 10 s (two queues change hands) and a strategy switch a minute."""
+    import json
+
+    rows = []
+    for k in range(6):
+        ts = T0 + minute * 60_000 + k * 10_000 + 500
+        moved = [f"broker-a:{(minute * 6 + k) % (QUEUES // 2)}", f"broker-b:{(minute * 6 + k) % (QUEUES // 2)}"]
+        rows.append((ts, "rebalance", "bench", f"consumer-{k % 8}",
+                     json.dumps({"phase": "end", "duration_ms": 12.5, "added": moved, "reason": "bench"})))
+    rows.append((T0 + minute * 60_000 + 30_000, "fault", "bench", "consumer-0",
+                 json.dumps({"fault": "strategy", "strategy": "AVG_BY_CIRCLE"})))
+    return pa.table({name: [r[i] for r in rows] for i, name in enumerate(EVENT_SCHEMA.names)}, schema=EVENT_SCHEMA)
+
+
+def time_reports(lag_dir: Path, recordings: Path, minutes: int) -> None:
+    """Each format over growing ranges: seconds, seconds per hour of range, 24 h extrapolated."""
+    from dashboard.lag.history import LagHistory
+    from dashboard.lag.reports import FORMATS, ReportQuery, build_report
+
+    history = LagHistory(lag_dir, recordings)
+    for fmt in FORMATS:
+        per_hour = []
+        for share in (0.25, 0.5, 1.0):
+            span = int(minutes * share) * 60_000
+            t = time.monotonic()
+            size = len(build_report(history, ReportQuery("bench", T0, T0 + span, fmt, "1m")))
+            took = time.monotonic() - t
+            per_hour.append(took / (span / 3_600_000))
+            print(f"  report {fmt:<7} {span / 60_000:5.0f} min: {took:6.2f} s ({size / 2**20:6.1f} MiB)")
+        print(f"  report {fmt:<7} {per_hour[-1]:6.2f} s per hour of range -> 24 h ~ {per_hour[-1] * 24:5.1f} s"
+              f" (per hour at 1/4, 1/2, all: {', '.join(f'{x:.2f}' for x in per_hour)})")
 
 
 def jvm_cpu(spark) -> tuple[float, float]:
@@ -82,6 +120,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--steps", action="store_true", help="print the time of each job step")
+    parser.add_argument("--no-reports", action="store_true", help="skip timing the report formats")
     args = parser.parse_args()
 
     import django
@@ -125,6 +164,8 @@ def main() -> None:
             print(f"  incremental run: {incremental:6.1f} s  (one new minute; {result.rows_read:,} rows read "
                   f"incl. look-back, {result.windows['queue_windows']:,} queue windows recomputed)  "
                   f"JVM cpu user {user:.1f} s sys {system:.1f} s")
+            if not args.no_reports:
+                time_reports(work / "lag", work / "recordings", minutes)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     spark.stop()

@@ -9,7 +9,10 @@ Group G1 reads TopicTest: 8 queues (broker-a:0-3, broker-b:0-3) sampled every se
 * broker-b:3 stalls at t=60 s: its committed offset stops while the max offset grows;
 * broker-a:1 rewinds at t=200 s: its committed offset goes 500 back;
 * at t=120 s consumer c3 leaves: c1 and c2 rebalance (events) and ownership moves;
-* c2 reports flow control (count) at t=30..34 s and (size) at t=250 s.
+* c2 reports flow control (count) at t=30..34 s and (size) at t=250 s;
+* the group is switched to AVG_BY_CIRCLE at t=60 s (a ``fault`` event), and the lab
+  records the hand-offs of c3's queues to c2 (``handoff`` events, updated as c2 consumes
+  duplicates: only the latest counts).
 
 The expectation re-implements the job's definitions (dashboard/lag/job.py, status.py)
 independently, on plain lists.
@@ -28,6 +31,7 @@ QUEUES = [("broker-a", 0), ("broker-a", 1), ("broker-a", 2), ("broker-a", 3),
 STALLED = ("broker-b", 3)
 REWOUND = ("broker-a", 1)
 STATUS_ORDER = ["OK", "WARN", "STALL", "STOP", "REWIND"]
+HANDOFF_AT = T0 + 120_000 + 300 + 600   # c2 took c3's queues when its rebalance ended
 
 
 def _max_offset(i: int, t: int) -> int:
@@ -79,6 +83,14 @@ def events(t: int) -> list[dict]:
             {"ts": ts + 600, "type": "rebalance", "group": GROUP, "client_id": "c2", "phase": "end",
              "added": [], "removed": ["broker-b:2", "broker-b:3"]},
         ]
+    if t == 60:
+        out.append({"ts": ts, "type": "fault", "group": GROUP, "client_id": "c1", "fault": "strategy",
+                    "strategy": "AVG_BY_CIRCLE"})
+    if t in (121, 123):   # the lab's hand-off figures, then the same hand-offs later on
+        for queue, dupes in (("broker-b:2", 5 if t == 121 else 12), ("broker-b:3", 3)):
+            out.append({"ts": ts, "type": "handoff", "group": GROUP, "client_id": "c2", "topic": TOPIC,
+                        "queue": queue, "from_clients": ["c3"], "rebalance": 1, "added_ts": HANDOFF_AT,
+                        "released_ts": HANDOFF_AT - 150, "gap_ms": 150, "duplicates": dupes})
     if 30 <= t < 35:
         out.append({"ts": ts, "type": "flow_control", "group": GROUP, "client_id": "c2", "reason": "count",
                     "threshold": 1000, "value": 1000 + t})
@@ -450,6 +462,58 @@ def test_history_page_and_data(web):
     assert len(data["flow_control"]) == 2
 
 
+def test_marks_hold_faults_and_the_latest_figures_of_each_hand_off(lab):
+    marks = lab["history"].windows("marks", GROUP, end_col="window_start")
+    faults = marks[marks.kind == "fault"]
+    assert [(r.name, r.client_id, _ms(r.window_start), json.loads(r.detail)["strategy"]) for r in faults.itertuples()] == [
+        ("strategy", "c1", T0 + 60_300, "AVG_BY_CIRCLE")]
+    handoffs = marks[marks.kind == "handoff"]
+    assert {(r.name, r.client_id, _ms(r.window_start)): json.loads(r.detail)["duplicates"] for r in handoffs.itertuples()} == {
+        ("broker-b:2", "c2", HANDOFF_AT): 12, ("broker-b:3", "c2", HANDOFF_AT): 3}
+
+
+def test_history_data_marks_the_switch(web):
+    data = web.get("/history/data.json", {"group": GROUP}).json()
+    assert [(m["kind"], m["name"]) for m in data["marks"] if m["kind"] == "fault"] == [("fault", "strategy")]
+
+
+A_RANGE = {"a_from": "2026-01-01T10:58:00Z", "a_to": "2026-01-01T11:00:00Z"}
+B_RANGE = {"b_from": "2026-01-01T11:00:00Z", "b_to": "2026-01-01T11:03:00Z"}
+
+
+def test_two_ranges_side_by_side_in_every_format(web):
+    body = web.get("/reports/compare.json", {"group": GROUP, **A_RANGE, **B_RANGE}).json()
+    a, b = body["ranges"]
+    expect = expected(0, SECONDS)["group"]
+    in_range = lambda lo, hi: [v for (res, ws), v in expect.items() if res == "10s" and lo <= ws < hi]  # noqa: E731
+    for r, (lo, hi) in ((a, (T0, T0 + 120_000)), (b, (T0 + 120_000, T0 + 300_000))):
+        windows = in_range(lo, hi)
+        assert r["windows"] == len(windows)
+        assert r["lag_max"] == max(w["max_lag"] for w in windows)
+        assert r["lag_avg"] == pytest.approx(sum(w["avg_lag"] for w in windows) / len(windows), abs=1e-3)
+    assert (a["strategy_switches"], a["faults"], a["rebalances"], a["queues_moved"], a["duplicates"]) == (1, 1, 0, 0, 0)
+    assert (b["strategy_switches"], b["rebalances"], b["queues_moved"], b["duplicates"]) == (0, 2, 2, 15)
+
+    text = web.get("/reports/compare.csv", {"group": GROUP, **A_RANGE, **B_RANGE}).content.decode()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["range"] for r in rows] == ["a", "b"] and rows[1]["duplicates"] == "15"
+    table = pq.read_table(io.BytesIO(web.get("/reports/compare.parquet", {"group": GROUP, **A_RANGE, **B_RANGE}).content))
+    assert table.num_rows == 2 and table.column("queues_moved").to_pylist() == [0, 2]
+    html = web.get("/reports/compare.html", {"group": GROUP, **A_RANGE, **B_RANGE}).content.decode()
+    assert "Range comparison" in html and "messages consumed twice" in html
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"group": GROUP, **A_RANGE}, "range b needs both b_from and b_to"),
+    ({"group": "nope", **A_RANGE, **B_RANGE}, "unknown group"),
+    ({"group": GROUP, **A_RANGE, "b_from": "2026-01-01T11:03:00Z", "b_to": "2026-01-01T11:00:00Z"}, "must be before"),
+    ({"group": GROUP, **A_RANGE, **B_RANGE, "c_from": "x"}, "unknown parameter(s): c_from"),
+])
+def test_a_bad_comparison_is_a_400_with_its_reason(web, params, needle):
+    response = web.get("/reports/compare.csv", params)
+    assert response.status_code == 400 and needle in response.json()["error"]
+
+
 @pytest.mark.parametrize("fmt,params,needle", [
     ("csv", {"group": "nope"}, "unknown group"),
     ("csv", {"group": GROUP, "from": "2026-01-01T11:00:00Z", "to": "2026-01-01T10:00:00Z"}, "after"),
@@ -512,4 +576,4 @@ def test_job_button_needs_a_user_and_reports_progress(lab, settings, client, dja
                         timeout=120, message="the lag job process to finish")
     assert status["state"] == "done", status
     assert status["result"]["state"] == "nothing-new" and status["done"] == status["total"] > 0
-    assert "progress 0/8 plan" in (lab["dir"] / "lag" / "_job.log").read_text()
+    assert "progress 0/9 plan" in (lab["dir"] / "lag" / "_job.log").read_text()

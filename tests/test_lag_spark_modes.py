@@ -48,7 +48,7 @@ FIRST, LAST = 120, 180          # seconds recorded before the first run / in all
 START_TIMEOUT = 180             # a JVM daemon to answer
 JOB_TIMEOUT = 420               # one lagjob run
 RES_TABLES = ("queue_windows", "group_windows", "flow_control")
-OTHER_TABLES = ("owner_windows", "rebalances")
+OTHER_TABLES = ("owner_windows", "rebalances", "marks")
 # What the job could pick up from the caller's environment and must not here.
 FOREIGN_ENV = ("SPARK_REMOTE", "SPARK_MASTER", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE_ENABLED",
                "SPARK_CONF_DIR", "SPARK_HOME", "LAB_DATA_DIR")

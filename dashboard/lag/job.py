@@ -17,6 +17,10 @@ window; ``window_start``/``window_end`` are UTC timestamps, the window is [start
   last "start"), changed queues (JSON), reason.
 * ``flow_control`` (res 10s, 1m) - per consumer and reason: count of ``flow_control``
   events and the largest ``value`` reported.
+* ``marks`` - what the history charts mark: every ``fault`` event (kind "fault", name =
+  the fault: kill, hang, strategy, ...) and every hand-off (kind "handoff", name = the
+  queue, at the time the new owner took it; the latest of its ``handoff`` events: gap,
+  overlap, duplicates). ``detail`` is the event's fields as JSON.
 
 Definitions: ``lag = broker_max_offset - consumer_offset``; when the group has no commit
 on the queue (``consumer_offset < 0``) it is ``broker_max_offset - broker_min_offset``;
@@ -77,7 +81,7 @@ RESOLUTIONS = {"10s": 10_000, "1m": 60_000}
 QUEUE_KEYS = ["group", "topic", "broker", "queue_id"]
 # table -> has a res partition level
 TABLE_HAS_RES = {"queue_windows": True, "group_windows": True, "owner_windows": False,
-                 "rebalances": False, "flow_control": True}
+                 "rebalances": False, "flow_control": True, "marks": False}
 STATE_FILE = "_state.json"
 _PART = re.compile(r"date=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/part-(\d{2})-[^/]+\.parquet$")
 
@@ -174,7 +178,7 @@ class JobResult:
 
 class LagJob:
     STEPS = ["plan", "read recordings", "owner windows", "queue windows", "group windows",
-             "rebalances", "flow control", "commit"]
+             "rebalances", "flow control", "marks", "commit"]
 
     def __init__(self, recordings: Path | None = None, out: Path | None = None, spark=None,
                  master: str | None = None, progress: Progress | None = None):
@@ -279,6 +283,9 @@ class LagJob:
         flow = compute_flow_control(events)
         result.windows["flow_control"] = self._replace("flow_control", flow.filter(in_range), lo, hi, p.group)
         self._advance("flow control")
+        marks = compute_marks(events)
+        result.windows["marks"] = self._replace("marks", marks.filter(in_range), lo, hi, p.group)
+        self._advance("marks")
         queue_windows.unpersist()
         try:
             (self.out / "_staging").rmdir()  # empty once every table is swapped in
@@ -652,3 +659,22 @@ def compute_flow_control(events):
                .agg(F.count("*").alias("count"), F.max("value").alias("max_value")))
         frames.append(_with_partitions(agg, res_ms=res_ms, res=res))
     return frames[0].unionByName(frames[1])
+
+
+def compute_marks(events):
+    """Faults (strategy switches included) and hand-offs, for the charts' marks and the
+    range comparison; a hand-off is its latest ``handoff`` event, at the time it happened."""
+    from pyspark.sql import functions as F
+
+    faults = events.filter(F.col("type") == "fault").select(
+        "group", "client_id", F.lit("fault").alias("kind"),
+        F.coalesce(F.get_json_object("fields", "$.fault"), F.lit("unknown")).alias("name"),
+        F.col("ts").alias("ws"), F.col("fields").alias("detail"))
+    handoffs = (events.filter(F.col("type") == "handoff")
+                .withColumn("queue", F.get_json_object("fields", "$.queue"))
+                .withColumn("added_ts", F.get_json_object("fields", "$.added_ts").cast("long"))
+                .groupBy("group", "client_id", "queue", "added_ts")
+                .agg(F.max_by("fields", "ts").alias("detail"))
+                .select("group", "client_id", F.lit("handoff").alias("kind"), F.col("queue").alias("name"),
+                        F.col("added_ts").alias("ws"), "detail"))
+    return _with_partitions(faults.unionByName(handoffs))

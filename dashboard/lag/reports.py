@@ -129,7 +129,10 @@ def owner_summary(history: LagHistory, q: ReportQuery) -> list[dict]:
 
 
 def rebalance_list(history: LagHistory, q: ReportQuery) -> list[dict]:
+    """The rebalances that moved queues (the periodic ones that changed nothing are left out)."""
     df = history.windows("rebalances", q.group, q.from_ms, q.to_ms, end_col="end")
+    if len(df):
+        df = df[df["changed"] != "[]"]
     return [{"client_id": r.client_id, "start": to_iso(r.start), "end": to_iso(r.end),
              "duration_ms": int(r.duration_ms), "changed": r.changed, "reason": r.reason}
             for r in df.itertuples()] if len(df) else []
@@ -207,13 +210,15 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
         by_time = dict(zip(g["window_end"], g["status"]))
         status_z.append([STATUS_ORDER.index(by_time[t]) if t in by_time else None for t in times])
         labels.append(label)
-    for r in rebalances:
-        lag.add_vline(x=r["end"], line_dash="dot", line_color="#555")
-        lag.add_annotation(x=r["end"], y=1, yref="paper", text=f"rebalance {r['client_id']} {r['duration_ms']} ms",
-                           showarrow=False, textangle=-90, xanchor="right", font={"size": 9})
-    for f in flow:
-        lag.add_vrect(x0=f["start"], x1=f["end"], fillcolor="#e8590c", opacity=0.12, line_width=0)
-    lag.update_layout(title="Lag per queue (messages)", height=380)
+    # Marks set in one layout update: plotly's add_vline/add_vrect copy every shape so far
+    # on each call, which made a report quadratic in its rebalances.
+    shapes = [{"type": "line", "x0": r["end"], "x1": r["end"], "yref": "paper", "y0": 0, "y1": 1,
+               "line": {"dash": "dot", "color": "#555"}} for r in rebalances]
+    shapes += [{"type": "rect", "x0": f["start"], "x1": f["end"], "yref": "paper", "y0": 0, "y1": 1,
+                "fillcolor": "#e8590c", "opacity": 0.12, "line": {"width": 0}} for f in flow]
+    annotations = [{"x": r["end"], "y": 1, "yref": "paper", "text": f"rebalance {r['client_id']} {r['duration_ms']} ms",
+                    "showarrow": False, "textangle": -90, "xanchor": "right", "font": {"size": 9}} for r in rebalances]
+    lag.update_layout(title="Lag per queue (messages)", height=380, shapes=shapes, annotations=annotations)
     time_lag.update_layout(title="Time lag per queue (ms behind)", height=320)
     group = go.Figure()
     if len(group_rows):

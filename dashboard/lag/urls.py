@@ -12,4 +12,5 @@ urlpatterns = [
     path("history/job/", views.job, name="job"),
     # Any extension reaches the view so an unknown format is a 400 with a message, not a 404.
     re_path(r"^reports/lag\.(?P<fmt>[A-Za-z0-9]+)$", views.lag_report, name="report"),
+    re_path(r"^reports/compare\.(?P<fmt>[A-Za-z0-9]+)$", views.compare_report, name="compare"),
 ]

@@ -1,6 +1,7 @@
 """The history page, its JSON endpoints, the job button, and report downloads."""
 from __future__ import annotations
 
+import json
 import time
 
 from django.http import HttpResponse, JsonResponse
@@ -11,6 +12,7 @@ from ..security import REPORT_POLICY
 
 from .access import read_access, write_access
 from .history import LagHistory, default_lag_dir, parse_time, to_iso
+from .compare import build_compare, parse_compare
 from .reports import FORMATS, ReportError, build_report, parse_query
 from .runner import job_status, start_job
 from .service import service_status
@@ -74,13 +76,18 @@ def data_json(request):
     for col in ("lag", "max_lag", "avg_lag", "p95_lag", "time_lag_ms", "status"):
         group_series[col] = gw[col].tolist() if len(gw) else []
     rb = history.windows("rebalances", group, q.from_ms, q.to_ms, end_col="end")
+    if len(rb):   # the periodic rebalances that moved nothing are not marked
+        rb = rb[rb["changed"] != "[]"]
     fc = history.windows("flow_control", group, q.from_ms, q.to_ms, res=res)
+    marks = history.windows("marks", group, q.from_ms, q.to_ms, end_col="window_start")
     return JsonResponse({
         "group": group, "res": res, "queues": queues, "group_series": group_series,
         "rebalances": [{"client_id": r.client_id, "start": to_iso(r.start), "end": to_iso(r.end),
                         "duration_ms": int(r.duration_ms), "changed": r.changed} for r in rb.itertuples()] if len(rb) else [],
         "flow_control": [{"client_id": r.client_id, "reason": r.reason, "start": to_iso(r.window_start),
                           "end": to_iso(r.window_end), "count": int(r.count)} for r in fc.itertuples()] if len(fc) else [],
+        "marks": [{"kind": r.kind, "name": r.name, "client_id": r.client_id, "t": to_iso(r.window_start),
+                   "detail": json.loads(r.detail or "{}")} for r in marks.itertuples()] if len(marks) else [],
     })
 
 
@@ -126,6 +133,22 @@ def lag_report(request, fmt):
     body = build_report(LagHistory(), q)
     response = HttpResponse(body, content_type=FORMATS[fmt])
     if fmt == "html":   # self-contained: its plotly.js and data are inline
+        response["Content-Security-Policy"] = REPORT_POLICY
+    if fmt != "html" or request.GET.get("download"):
+        response["Content-Disposition"] = f'attachment; filename="{q.filename}"'
+    return response
+
+
+@require_GET
+@read_access
+def compare_report(request, fmt):
+    """Two ranges of one group side by side (compare.py), in any report format."""
+    try:
+        q = parse_compare(request.GET, fmt)
+    except ReportError as exc:
+        return _bad(str(exc))
+    response = HttpResponse(build_compare(LagHistory(), q), content_type=FORMATS[fmt])
+    if fmt == "html":
         response["Content-Security-Policy"] = REPORT_POLICY
     if fmt != "html" or request.GET.get("download"):
         response["Content-Disposition"] = f'attachment; filename="{q.filename}"'

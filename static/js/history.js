@@ -11,6 +11,7 @@
   const STATUS_COLORS = ["#2e9e44", "#e0a800", "#e8590c", "#c92a2a", "#7048e8"];
   const csrf = () => (root.querySelector("input[name=csrfmiddlewaretoken]") || {}).value || "";
   let polling = null;
+  let lastMarks = [];        // the faults and hand-offs of the range drawn
   let newestWindow = null;   // the marker last drawn
   let pinned = false;        // the user set From/To: keep them
   const WATCH_MS = 10000;
@@ -81,8 +82,20 @@
       shapes.push({ type: "rect", x0: f.start, x1: f.end, yref: "paper", y0: 0, y1: 1, fillcolor: "#e8590c",
                     opacity: 0.12, line: { width: 0 } });
     });
+    // Faults the user injected, strategy switches among them: solid lines in their colour.
+    (data.marks || []).filter((m) => m.kind === "fault").forEach((m) => {
+      const colour = FAULT_COLOURS[m.name] || "#868e96";
+      const what = m.name === "strategy" ? "strategy " + (m.detail.strategy || "") : m.name + " " + (m.client_id || m.detail.topic || "");
+      shapes.push({ type: "line", x0: m.t, x1: m.t, yref: "paper", y0: 0, y1: 1, line: { color: colour, width: 1.5 } });
+      annotations.push({ x: m.t, y: 0, yref: "paper", text: what, showarrow: false, textangle: -90, xanchor: "left",
+                         yanchor: "bottom", font: { size: 9, color: colour } });
+    });
     return { shapes, annotations };
   }
+
+  const FAULT_COLOURS = { strategy: "#7048e8", kill: "#c92a2a", stop: "#495057", hang: "#e8590c", cut: "#d6336c",
+                          slow: "#f08c00", fail: "#f08c00", resume: "#2e9e44" };
+
 
   function draw(data) {
     const labels = Object.keys(data.queues);
@@ -114,6 +127,74 @@
     if (o && !pinned) { $("h-from").value = toInput(o.dataset.first); $("h-to").value = toInput(o.dataset.last); }
   }
 
+  // -- two ranges side by side (/reports/compare.FMT, compare.py)
+
+  const compareBox = root.querySelector(".history-compare");
+  function compareParams() {
+    const p = new URLSearchParams({ group: $("h-group").value });
+    ["a", "b"].forEach((r) => ["from", "to"].forEach((end) => {
+      const v = $("h-" + r + "-" + end).value;
+      if (v) p.set(r + "_" + end, fromInput(v));
+    }));
+    return p;
+  }
+
+  function updateCompareLinks() {
+    compareBox.querySelectorAll(".compare-downloads a").forEach((a) => {
+      const p = compareParams();
+      if (a.dataset.fmt === "html") p.set("download", "1");
+      a.href = compareBox.dataset.compareUrl + a.dataset.fmt + "?" + p.toString();
+    });
+  }
+
+  const COMPARE_ROWS = [["windows", "10-s windows"], ["lag_avg", "lag, average"], ["lag_p95", "lag, p95"], ["lag_max", "lag, max"],
+    ["time_lag_avg_ms", "time lag, average (ms)"], ["time_lag_max_ms", "time lag, max (ms)"],
+    ["rebalances", "rebalances that moved queues"], ["queues_moved", "queues moved"], ["duplicates", "messages consumed twice"],
+    ["faults", "faults"], ["strategy_switches", "strategy switches"]];
+
+  async function runCompare() {
+    updateCompareLinks();
+    const out = $("h-compare-result");
+    try {
+      const data = await getJson(compareBox.dataset.compareUrl + "json?" + compareParams().toString());
+      const [a, b] = data.ranges;
+      const fmtv = (v) => (v === null || v === undefined ? "–" : Number(v).toLocaleString("en-US", { maximumFractionDigits: 1 }));
+      const table = document.createElement("table");
+      table.className = "compare-table";
+      table.dataset.role = "compare";
+      table.innerHTML = "<thead><tr><th></th><th>A</th><th>B</th></tr></thead>";
+      const body = document.createElement("tbody");
+      COMPARE_ROWS.forEach(([key, title]) => {
+        const tr = document.createElement("tr");
+        tr.dataset.figure = key;
+        const th = document.createElement("th");
+        th.scope = "row"; th.textContent = title;
+        tr.appendChild(th);
+        [a, b].forEach((r) => { const td = document.createElement("td"); td.dataset.range = r.range; td.textContent = fmtv(r[key]); tr.appendChild(td); });
+        body.appendChild(tr);
+      });
+      table.appendChild(body);
+      out.replaceChildren(table);
+    } catch (e) {
+      out.replaceChildren();
+      const p = document.createElement("p");
+      p.className = "error";
+      p.textContent = e.message;
+      out.appendChild(p);
+    }
+  }
+
+  // A: the ten minutes before the last strategy switch drawn, B: the ten after.
+  function aroundLastSwitch() {
+    const switches = lastMarks.filter((m) => m.kind === "fault" && m.name === "strategy");
+    if (!switches.length) return message("No strategy switch in the range shown.", true);
+    const t = Date.parse(switches[switches.length - 1].t);
+    const iso = (ms) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
+    $("h-a-from").value = toInput(iso(t - 600000)); $("h-a-to").value = toInput(iso(t));
+    $("h-b-from").value = toInput(iso(t)); $("h-b-to").value = toInput(iso(t + 600000));
+    runCompare();
+  }
+
   async function load(quiet) {
     updateReportLinks();
     if (!$("h-group").value) return;
@@ -121,6 +202,7 @@
     try {
       if (!quiet) message("loading...");
       const data = await getJson(root.dataset.dataUrl + "?" + p.toString());
+      lastMarks = data.marks || [];
       draw(data);
       message(Object.keys(data.queues).length ? "" : "No windows in this range.");
     } catch (e) {
@@ -188,6 +270,9 @@
   }
 
   $("h-load").addEventListener("click", load);
+  $("h-compare").addEventListener("click", runCompare);
+  $("h-around-switch").addEventListener("click", aroundLastSwitch);
+  ["h-a-from", "h-a-to", "h-b-from", "h-b-to"].forEach((id) => $(id).addEventListener("change", updateCompareLinks));
   $("h-job").addEventListener("click", runJob);
   $("h-group").addEventListener("change", () => { pinned = false; followData(); load(); });
   ["h-from", "h-to"].forEach((id) => $(id).addEventListener("change", () => {
