@@ -447,6 +447,7 @@ def test_parquet_json_and_html_reports(web):
     assert '<script src="http' not in html and "Plotly.newPlot" in html  # nothing fetched: opens offline
     assert len(html) > 3_000_000  # plotly.js itself is inlined
     assert "Lag per queue" in html and "Status per queue" in html
+    assert "strategy AVG_BY_CIRCLE" in html   # the switch is marked and listed
     lags = [r["lag"] for r in body["rows"] if (r["broker"], r["queue_id"]) == STALLED]
     assert json.dumps(lags).replace(" ", "") in html.replace(" ", "")  # the chart's data
 

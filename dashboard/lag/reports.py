@@ -43,6 +43,9 @@ FORMATS = {
 STATUS_COLORS = {"OK": "#2e9e44", "WARN": "#e0a800", "STALL": "#e8590c", "STOP": "#c92a2a", "REWIND": "#7048e8"}
 
 
+ROWS_SLOT = "\u0000rows\u0000"   # where the JSON report's rows go (no real value looks like it)
+
+
 class ReportError(ValueError):
     """A bad request: shown to the user as is (HTTP 400, exit code 2)."""
 
@@ -128,6 +131,17 @@ def owner_summary(history: LagHistory, q: ReportQuery) -> list[dict]:
     return out
 
 
+def fault_list(history: LagHistory, q: ReportQuery) -> list[dict]:
+    """Faults injected in the range (job.py's marks), strategy switches among them."""
+    df = history.windows("marks", q.group, q.from_ms, q.to_ms, end_col="window_start")
+    out = []
+    for r in (df[df["kind"] == "fault"].itertuples() if len(df) else ()):
+        detail = json.loads(r.detail or "{}")
+        what = f"strategy {detail.get('strategy', '')}" if r.name == "strategy" else f"{r.name} {r.client_id}"
+        out.append({"t": to_iso(r.window_start), "name": r.name, "client_id": r.client_id, "text": what.strip()})
+    return out
+
+
 def rebalance_list(history: LagHistory, q: ReportQuery) -> list[dict]:
     """The rebalances that moved queues (the periodic ones that changed nothing are left out)."""
     df = history.windows("rebalances", q.group, q.from_ms, q.to_ms, end_col="end")
@@ -170,14 +184,17 @@ def build_report(history: LagHistory, q: ReportQuery,
         pq.write_table(table, sink)
         body = sink.getvalue()
     elif q.fmt == "json":
+        # The rows as pandas writes them, spliced in: parsing them back only to write them
+        # again cost more than the rest of the report.
+        rows_json = _iso_rows(rows).to_json(orient="records")
         body = json.dumps({
             "group": q.group, "from": to_iso(pd.Timestamp(q.from_ms, unit="ms")) if q.from_ms is not None else None,
             "to": to_iso(pd.Timestamp(q.to_ms, unit="ms")) if q.to_ms is not None else None, "res": q.res,
             "columns": CSV_COLUMNS + EXTRA_COLUMNS,
-            "rows": json.loads(_iso_rows(rows).to_json(orient="records")),
+            "rows": ROWS_SLOT,
             "queues": queue_summary(rows), "owners": owner_summary(history, q),
             "rebalances": rebalance_list(history, q), "flow_control": flow_control_list(history, q),
-        }).encode()
+        }).replace(json.dumps(ROWS_SLOT), rows_json, 1).encode()
     else:
         progress(2, total, "charts")
         body = render_html(history, q, rows).encode()
@@ -191,47 +208,55 @@ def _queue_label(topic, broker, qid, many_topics: bool) -> str:
     return f"{topic}@{broker}:{qid}" if many_topics else f"{broker}:{qid}"
 
 
-def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list[dict], flow: list[dict]):
-    """Plotly figures: lag per queue (with rebalance markers and flow-control bands), group
-    lag, time lag per queue, status per queue. Data as plain lists (readable in the HTML)."""
-    import plotly.graph_objects as go
-
+def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list[dict], flow: list[dict],
+                  faults: list[dict] = ()) -> list[dict]:
+    """Plotly figures as plain dicts: lag per queue (with rebalance markers and flow-control
+    bands), group lag, time lag per queue, status per queue. Plain lists (readable in the
+    HTML); dicts rather than graph objects, whose validation of every trace cost more than
+    the rest of a long report."""
     many_topics = rows["topic"].nunique() > 1 if len(rows) else False
-    lag, time_lag = go.Figure(), go.Figure()
+    lag, time_lag = [], []
     status_z, labels = [], []
     times = sorted(rows["window_end"].unique()) if len(rows) else []
-    x_all = [to_iso(t) for t in times]
+    iso = {t: to_iso(t) for t in times}
     for (topic, broker, qid), g in rows.groupby(["topic", "broker", "queue_id"], sort=True):
         label = _queue_label(topic, broker, qid, many_topics)
-        x = [to_iso(t) for t in g["window_end"]]
-        lag.add_trace(go.Scatter(x=x, y=g["lag"].astype(int).tolist(), mode="lines", name=label,
-                                 customdata=g["owner"].tolist(), hovertemplate="%{y} (owner %{customdata})"))
-        time_lag.add_trace(go.Scatter(x=x, y=g["time_lag_ms"].astype(int).tolist(), mode="lines", name=label))
+        x = [iso[t] for t in g["window_end"]]
+        lag.append({"type": "scatter", "x": x, "y": g["lag"].astype(int).tolist(), "mode": "lines", "name": label,
+                    "customdata": g["owner"].tolist(), "hovertemplate": "%{y} (owner %{customdata})"})
+        time_lag.append({"type": "scatter", "x": x, "y": g["time_lag_ms"].astype(int).tolist(), "mode": "lines",
+                         "name": label})
         by_time = dict(zip(g["window_end"], g["status"]))
         status_z.append([STATUS_ORDER.index(by_time[t]) if t in by_time else None for t in times])
         labels.append(label)
-    # Marks set in one layout update: plotly's add_vline/add_vrect copy every shape so far
-    # on each call, which made a report quadratic in its rebalances.
     shapes = [{"type": "line", "x0": r["end"], "x1": r["end"], "yref": "paper", "y0": 0, "y1": 1,
                "line": {"dash": "dot", "color": "#555"}} for r in rebalances]
     shapes += [{"type": "rect", "x0": f["start"], "x1": f["end"], "yref": "paper", "y0": 0, "y1": 1,
                 "fillcolor": "#e8590c", "opacity": 0.12, "line": {"width": 0}} for f in flow]
     annotations = [{"x": r["end"], "y": 1, "yref": "paper", "text": f"rebalance {r['client_id']} {r['duration_ms']} ms",
                     "showarrow": False, "textangle": -90, "xanchor": "right", "font": {"size": 9}} for r in rebalances]
-    lag.update_layout(title="Lag per queue (messages)", height=380, shapes=shapes, annotations=annotations)
-    time_lag.update_layout(title="Time lag per queue (ms behind)", height=320)
-    group = go.Figure()
+    # Injected faults, strategy switches among them: solid lines, named at the bottom.
+    shapes += [{"type": "line", "x0": f["t"], "x1": f["t"], "yref": "paper", "y0": 0, "y1": 1,
+                "line": {"color": "#7048e8" if f["name"] == "strategy" else "#c92a2a", "width": 1.5}} for f in faults]
+    annotations += [{"x": f["t"], "y": 0, "yref": "paper", "text": f["text"], "showarrow": False, "textangle": -90,
+                     "xanchor": "left", "yanchor": "bottom", "font": {"size": 9}} for f in faults]
+    group = []
     if len(group_rows):
         gx = [to_iso(t) for t in group_rows["window_end"]]
         for col in ("lag", "max_lag", "avg_lag", "p95_lag"):
-            group.add_trace(go.Scatter(x=gx, y=[round(float(v), 3) for v in group_rows[col]], mode="lines", name=col))
-    group.update_layout(title="Group lag (sum over queues)", height=320)
+            group.append({"type": "scatter", "x": gx, "y": [round(float(v), 3) for v in group_rows[col]],
+                          "mode": "lines", "name": col})
     n = len(STATUS_ORDER) - 1
-    colorscale = [[i / n, STATUS_COLORS[s]] for i, s in enumerate(STATUS_ORDER)]
-    status = go.Figure(go.Heatmap(z=status_z, x=x_all, y=labels, zmin=0, zmax=n, colorscale=colorscale,
-                                  colorbar={"tickvals": list(range(n + 1)), "ticktext": STATUS_ORDER}))
-    status.update_layout(title="Status per queue", height=max(240, 24 * len(labels) + 120))
-    return [lag, group, time_lag, status]
+    status = {"type": "heatmap", "z": status_z, "x": [iso[t] for t in times], "y": labels, "zmin": 0, "zmax": n,
+              "colorscale": [[i / n, STATUS_COLORS[s]] for i, s in enumerate(STATUS_ORDER)],
+              "colorbar": {"tickvals": list(range(n + 1)), "ticktext": STATUS_ORDER}}
+    return [
+        {"data": lag, "layout": {"title": {"text": "Lag per queue (messages)"}, "height": 380,
+                                 "shapes": shapes, "annotations": annotations}},
+        {"data": group, "layout": {"title": {"text": "Group lag (sum over queues)"}, "height": 320}},
+        {"data": time_lag, "layout": {"title": {"text": "Time lag per queue (ms behind)"}, "height": 320}},
+        {"data": [status], "layout": {"title": {"text": "Status per queue"}, "height": max(240, 24 * len(labels) + 120)}},
+    ]
 
 
 def _table(records: list[dict], columns: list[str]) -> str:
@@ -246,9 +271,11 @@ def render_html(history: LagHistory, q: ReportQuery, rows: pd.DataFrame) -> str:
 
     group_rows = history.windows("group_windows", q.group, q.from_ms, q.to_ms, res=q.res)
     rebalances, flow = rebalance_list(history, q), flow_control_list(history, q)
-    figures = build_figures(rows, group_rows, rebalances, flow)
+    faults = fault_list(history, q)
+    figures = build_figures(rows, group_rows, rebalances, flow, faults)
     # plotly.js once, inlined: the file opens offline.
-    charts = "".join(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False) for i, fig in enumerate(figures))
+    charts = "".join(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, validate=False)
+                     for i, fig in enumerate(figures))
     queues = queue_summary(rows)
     for r in queues:
         r["owners"] = ", ".join(r["owners"])
@@ -271,8 +298,10 @@ th {{ background: #f3f3f3; }}
 {_table(queues, queue_cols)}
 <h2>Owners (lag attributed over the time each owned a queue)</h2>
 {_table(owner_summary(history, q), owner_cols)}
-<h2>Rebalances</h2>
+<h2>Rebalances that moved queues</h2>
 {_table(rebalances, rebalance_cols)}
+<h2>Faults and strategy switches</h2>
+{_table(faults, ["t", "name", "client_id", "text"])}
 <h2>Charts</h2>
 {charts}
 </body></html>
