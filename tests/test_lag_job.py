@@ -239,6 +239,7 @@ def expected(first: int, last: int) -> dict:
 # -- the tests -------------------------------------------------------------------------
 
 import csv  # noqa: E402
+import re  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 
@@ -254,10 +255,11 @@ from consumers_app.events import event_from_dict  # noqa: E402
 from consumers_app.lab.recorder import SNAPSHOTS, Recorder  # noqa: E402
 from dashboard.lag.reports import CSV_COLUMNS  # noqa: E402
 
-from .support import manage_py, wait_until  # noqa: E402
+from .support import REPO, manage_py, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.spark
 CONTRACT = "window_start,window_end,group,topic,broker,queue_id,broker_offset,consumer_offset,lag,max_lag,time_lag_ms,owner,status"
+SHOTS = REPO / "test-output" / "screenshots"
 FIRST_PHASE = 240  # seconds recorded before the first run; the rest comes before the incremental run
 
 
@@ -502,6 +504,43 @@ def test_two_ranges_side_by_side_in_every_format(web):
     assert table.num_rows == 2 and table.column("queues_moved").to_pylist() == [0, 2]
     html = web.get("/reports/compare.html", {"group": GROUP, **A_RANGE, **B_RANGE}).content.decode()
     assert "Range comparison" in html and "messages consumed twice" in html
+
+
+def test_the_history_page_compares_around_the_last_switch_in_a_browser(lab, live_server, settings):
+    """Debian's chromium on the history page: the switch is drawn, and "around the last
+    switch" fills both ranges and shows them side by side (the same figures as the report)."""
+    from playwright.sync_api import expect
+
+    from .browser import chromium, have_chromium
+
+    if not have_chromium():
+        pytest.skip("Debian's chromium is not installed (make chromium)")
+    settings.DATA_DIR = lab["dir"]
+    settings.DASHBOARD_PUBLIC_READ = True
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{live_server.url}/history/")
+        page.wait_for_function("() => document.querySelector('#chart-queue-lag .main-svg') !== null", timeout=30_000)
+        expect(page.locator("#chart-queue-lag")).to_contain_text("strategy AVG_BY_CIRCLE")
+        page.click("#h-around-switch")
+        table = page.locator('#h-compare-result [data-role="compare"]')
+        expect(table).to_be_visible(timeout=15_000)
+        expect(page.locator("#h-a-to")).to_have_value(re.compile(r"^2026-01-01T10:59(:00)?$"))   # the switch's second
+        report = web_compare(live_server.url, page)
+        b = report["ranges"][1]
+        for figure in ("queues_moved", "duplicates", "strategy_switches"):
+            expect(table.locator(f'tr[data-figure="{figure}"] td[data-range="b"]')).to_have_text(str(b[figure]))
+        assert (b["queues_moved"], b["duplicates"], b["strategy_switches"]) == (2, 15, 1)
+        page.screenshot(path=str(SHOTS / "history-compare.png"), full_page=True)
+        assert errors == []
+
+
+def web_compare(base: str, page) -> dict:
+    """The JSON report for the ranges the page's form holds (its own link)."""
+    href = page.locator('.compare-downloads a[data-fmt="json"]').get_attribute("href")
+    return page.evaluate("async (url) => (await fetch(url)).json()", base + href)
 
 
 @pytest.mark.parametrize("params, needle", [

@@ -79,7 +79,7 @@ def compare(history: LagHistory, q: CompareQuery) -> list[dict]:
 def range_figures(history: LagHistory, group: str, name: str, lo: int, hi: int) -> dict:
     gw = history.windows("group_windows", group, lo, hi, res="10s")
     rb = history.windows("rebalances", group, lo, hi, end_col="end")
-    marks = history.windows("marks", group, lo, hi, end_col="window_start")
+    marks = history.windows("marks", group, lo - 1, hi, end_col="window_start")   # instants in [lo, hi)
     moved = rb[rb["changed"] != "[]"] if len(rb) else rb
     handoffs = marks[marks["kind"] == "handoff"] if len(marks) else marks
     faults = marks[marks["kind"] == "fault"] if len(marks) else marks
