@@ -249,7 +249,7 @@ class HandoffEvent(Event):
     released_ts: int | None = None
     gap_ms: int = 0
     overlap_ms: int = 0
-    duplicates: int = 0
+    duplicates: int = 0               # -1: to or from a peer, which reports no consumed offsets
     lag_spike: int | None = None
 
 

@@ -176,3 +176,31 @@ def test_a_group_that_never_stops_churning_is_cut_into_rebalances_of_bounded_len
     assert len(rebalances) >= 2 and sum(r["moved"] for r in rebalances) == 599
     assert all(r["end_ts"] - r["ts"] <= 30_000 for r in rebalances)
     assert h.snapshot(T0 + 60_000)["rebalances"][0] is rebalances[0]   # unchanged: not made again
+
+
+def test_a_move_to_or_from_a_peer_is_not_measured_rather_than_zero():
+    h = GroupHandoffs()
+    h.silent.add("peer")
+    h.set_holding("A", ["b:0", "b:1"], T0)
+    h.consumed_ranges("A", "b:0", [[0, 10]], T0)
+    h.set_holding("A", [], T0 + 10)
+    h.set_holding("peer", ["b:0"], T0 + 20)
+    h.set_holding("B", ["b:1"], T0 + 20)
+    h.consumed_ranges("A", "b:1", [[0, 4]], T0 + 5)
+    h.consumed_ranges("B", "b:1", [[2, 6]], T0 + 30)
+    detail = h.detail(1, T0 + 100)
+    assert {m["queue"]: m["duplicates"] for m in detail["moves"]} == {"b:0": None, "b:1": 2}
+    assert (detail["duplicates"], detail["unmeasured"]) == (2, 1)
+
+
+def test_lab_state_knows_peers_report_no_offsets():
+    state = LabState()
+    state.add_group("G", "T", "push", "AVG")
+    state.add_client("A", "G", "push").status = "running"
+    peer = state.add_client("P", "G", "push")
+    peer.status, peer.client = "running", "ali-ons"
+    state.apply(make_event("assignment", "G", "A", ts=T0, topic="T", queues=[MessageQueue("T", "b", 0)]))
+    state.apply(make_event("fault", "G", "A", ts=T0 + 10, fault="kill"))
+    state.set_assignment("G", "P", ["b:0"])
+    (rebalance,) = state.snapshot()["groups"]["G"]["handoffs"]["rebalances"]
+    assert rebalance["unmeasured"] == 1

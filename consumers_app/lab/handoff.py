@@ -85,7 +85,9 @@ class Handoff:
     lag_before: int | None = None
     lag_peak: int | None = None
 
-    def to_dict(self, now_ms: int) -> dict:
+    def to_dict(self, now_ms: int, silent=frozenset()) -> dict:
+        """``silent``: clients that report no consumed offsets (peers): a hand-off to or
+        from one has ``duplicates`` None, not measured, rather than a 0 that would claim none."""
         released = self.released_ts
         # Still held by an old owner: the overlap so far (and counting).
         overlap = (released if released is not None else now_ms) - self.added_ts
@@ -95,7 +97,7 @@ class Handoff:
             "gap_ms": max(0, -overlap) if released is not None else 0,
             "overlap_ms": max(0, overlap),
             "overlap_ongoing": released is None,
-            "duplicates": self.duplicates,
+            "duplicates": None if self.to in silent or any(c in silent for c in self.from_) else self.duplicates,
             "lag_before": self.lag_before, "lag_peak": self.lag_peak,
             "lag_spike": max(0, self.lag_peak - self.lag_before)
             if self.lag_peak is not None and self.lag_before is not None else None,
@@ -112,22 +114,23 @@ class Rebalance:
     changed: bool = True            # since its summary was last made
     _summary: dict | None = None
 
-    def summary(self, now_ms: int) -> dict:
+    def summary(self, now_ms: int, silent=frozenset()) -> dict:
         """Made again only when a move changed, or an overlap is still running (it grows
         with the clock): every snapshot asks for every rebalance of the window."""
         if self._summary is None or self.changed or self._summary["overlap_ongoing"]:
-            self._summary = self._make_summary(now_ms)
+            self._summary = self._make_summary(now_ms, silent)
             self.changed = False
         return self._summary
 
-    def _make_summary(self, now_ms: int) -> dict:
-        moves = [m.to_dict(now_ms) for m in self.moves]
+    def _make_summary(self, now_ms: int, silent) -> dict:
+        moves = [m.to_dict(now_ms, silent) for m in self.moves]
         spikes = [m["lag_spike"] for m in moves if m["lag_spike"] is not None]
         return {
             "id": self.id, "ts": self.ts, "end_ts": self.last_ts,
             "reason": ", ".join(self.reasons),
             "moved": len(moves),
-            "duplicates": sum(m["duplicates"] for m in moves),
+            "duplicates": sum(m["duplicates"] or 0 for m in moves),
+            "unmeasured": sum(m["duplicates"] is None for m in moves),   # moves to or from a peer
             "gap_ms": max((m["gap_ms"] for m in moves), default=0),
             "overlap_ms": max((m["overlap_ms"] for m in moves), default=0),
             "lag_spike": max(spikes, default=None),
@@ -135,8 +138,8 @@ class Rebalance:
             "overlap_ongoing": any(m["overlap_ongoing"] for m in moves),
         }
 
-    def detail(self, now_ms: int) -> dict:
-        return {**self.summary(now_ms), "moves": [m.to_dict(now_ms) for m in self.moves]}
+    def detail(self, now_ms: int, silent=frozenset()) -> dict:
+        return {**self.summary(now_ms, silent), "moves": [m.to_dict(now_ms, silent) for m in self.moves]}
 
 
 class GroupHandoffs:
@@ -154,6 +157,7 @@ class GroupHandoffs:
         self.reasons: dict[str, str] = {}                    # client -> its latest rebalance's reason
         self._changed: dict[int, Handoff] = {}               # id() -> hand-offs whose figures moved
         self._episodes: dict[int, Rebalance] = {}            # id -> the rebalances kept
+        self.silent: set[str] = set()                        # clients that report no consumed offsets (peers)
         self._next_id = 1
 
     # -- holding ----------------------------------------------------------------------
@@ -296,11 +300,11 @@ class GroupHandoffs:
         """The hand-offs whose figures moved since the last call, as they stand now (for
         the event log: the lag history marks and compares them)."""
         changed, self._changed = self._changed, {}
-        return [h.to_dict(now_ms) | {"rebalance": h.rebalance} for h in changed.values()]
+        return [h.to_dict(now_ms, self.silent) | {"rebalance": h.rebalance} for h in changed.values()]
 
     def snapshot(self, now_ms: int, limit: int = 60) -> dict:
         """Totals over the window and the latest ``limit`` rebalances (summaries)."""
-        summaries = [r.summary(now_ms) for r in self.rebalances]
+        summaries = [r.summary(now_ms, self.silent) for r in self.rebalances]
         spikes = [s["lag_spike"] for s in summaries if s["lag_spike"] is not None]
         return {
             "window_ms": self.window_ms,
@@ -317,15 +321,17 @@ class GroupHandoffs:
 
     def detail(self, rebalance_id: int, now_ms: int) -> dict | None:
         rebalance = self._episodes.get(rebalance_id)
-        return rebalance.detail(now_ms) if rebalance is not None else None
+        return rebalance.detail(now_ms, self.silent) if rebalance is not None else None
 
 
 def handoff_events(group, now_ms: int) -> list:
-    """``handoff`` events for a GroupState's hand-offs whose figures moved (event log only)."""
+    """``handoff`` events for a GroupState's hand-offs whose figures moved (event log only;
+    a move to or from a peer records -1 duplicates: not measured)."""
     return [make_event("handoff", group.name, h["to"], ts=now_ms, topic=group.topic,
                        queue=MessageQueue.from_label(group.topic, h["queue"]), from_clients=h["from"],
                        rebalance=h["rebalance"], added_ts=h["added_ts"], released_ts=h["released_ts"],
-                       gap_ms=h["gap_ms"], overlap_ms=h["overlap_ms"], duplicates=h["duplicates"],
+                       gap_ms=h["gap_ms"], overlap_ms=h["overlap_ms"],
+                       duplicates=h["duplicates"] if h["duplicates"] is not None else -1,
                        lag_spike=h["lag_spike"])
             for h in group.handoffs.take_changed(now_ms)]
 

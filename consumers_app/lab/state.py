@@ -206,6 +206,8 @@ class LabState:
         if group.mode == "pop":
             return
         client = self.clients.get(client_id)
+        if client is not None and client.client != "ours":
+            group.handoffs.silent.add(client_id)   # a peer: its duplicates cannot be measured
         consuming = client is None or client.status in ("starting", "running")
         group.handoffs.set_holding(client_id, group.assignments.get(client_id, ()) if consuming else (), ts, reason)
 

@@ -83,7 +83,8 @@ def range_figures(history: LagHistory, group: str, name: str, lo: int, hi: int) 
     moved = rb[rb["changed"] != "[]"] if len(rb) else rb
     handoffs = marks[marks["kind"] == "handoff"] if len(marks) else marks
     faults = marks[marks["kind"] == "fault"] if len(marks) else marks
-    duplicates = sum(json.loads(d).get("duplicates", 0) for d in handoffs["detail"]) if len(handoffs) else 0
+    # -1: a move to or from a peer, whose duplicates nobody can count
+    duplicates = sum(max(0, json.loads(d).get("duplicates", 0)) for d in handoffs["detail"]) if len(handoffs) else 0
 
     def figure(series, how):
         values = series.dropna() if len(gw) else pd.Series(dtype=float)

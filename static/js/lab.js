@@ -1505,7 +1505,8 @@
       "data-duplicates": String(r.duplicates), "data-moved": String(r.moved) },
       el("b", {}, `Rebalance at ${clock(r.ts)}`), ` (${r.reason || "rebalance"}): ${plural(r.moved, "queue")} moved, `,
       el("b", {}, `${plural(r.duplicates, "message")} consumed twice`),
-      ` · gap up to ${fmtMs(r.gap_ms)} · overlap up to ${fmtMs(r.overlap_ms)}`,
+      ` · gap up to ${fmtMs(r.gap_ms)} · overlap up to ${fmtMs(r.overlap_ms)}` +
+        (r.unmeasured ? ` · ${plural(r.unmeasured, "move")} to or from a peer not measured` : ""),
       el("button", { type: "button", class: "close", "data-action": "close-handoff", onclick: () => closeHandoff(card, name) }, "Close"));
     const why = el("p", { class: "handoff-why" },
       "Each consumer rebalances on its own. The new owner starts at the committed offset, so what the old owner consumed " +
@@ -1514,7 +1515,9 @@
       el("td", {}, m.queue), el("td", {}, `${m.from.join(" + ") || "nobody"} → ${m.to}`),
       el("td", {}, m.gap_ms ? fmtMs(m.gap_ms) : "–"),
       el("td", {}, m.overlap_ms ? `${fmtMs(m.overlap_ms)}${m.overlap_ongoing ? " (ongoing)" : ""}` : "–"),
-      el("td", { class: m.duplicates ? "hot" : "" }, fmt(m.duplicates)),
+      m.duplicates === null
+        ? el("td", { class: "muted", title: "a peer (ali-ons, the C++ client) reports no consumed offsets" }, "not measured")
+        : el("td", { class: m.duplicates ? "hot" : "" }, fmt(m.duplicates)),
       el("td", {}, m.lag_spike === null || m.lag_spike === undefined ? "–" : `+${fmt(m.lag_spike)} (${fmt(m.lag_before)} → ${fmt(m.lag_peak)})`)));
     const table = el("table", { class: "handoff-moves" },
       el("thead", {}, el("tr", {}, ["queue", "from → to", "gap", "overlap", "consumed twice", "lag spike"].map((h) => el("th", { scope: "col" }, h)))),
