@@ -7,6 +7,7 @@ test-output/screenshots/.
 """
 import re
 import signal
+import math
 import threading
 import time
 
@@ -149,7 +150,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     expect(page.locator(f'{GROUP} tr[data-consumer="{victim}"] .faults')).to_have_text("slow 100 ms")
     # The lab keeps a sample a second: let it keep a few of this assignment (the replay below).
     wait_until(lambda: page.evaluate("async () => (await (await fetch('/api/groups/GID_LAB/lag?seconds=60')).json()).ts.at(-1)")
-               >= circled_at + 3000, timeout=20, interval=0.5, message="samples of the switched assignment")
+               >= circled_at + 5000, timeout=20, interval=0.5, message="samples of the switched assignment")
     killed_at = time.time() * 1000
     page.click(f'{GROUP} [data-action="kill"]')
     after = expected("AVG_BY_CIRCLE", start, survivors)
@@ -158,7 +159,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     expect(page.locator("#membership-log")).to_contain_text(victim)
     screenshot(page, "03-killed")
     check_the_kills_hand_off(page, victim, [q for q in start if circle[q] == victim], killed_at)
-    check_the_replay_before_the_kill(page, victim, [q for q in start if circle[q] == victim], killed_at)
+    check_the_replay_before_the_kill(page, victim, [q for q in start if circle[q] == victim], circled_at, killed_at)
 
     # Hang a survivor and flood the topic: its ProcessQueues fill to the threshold.
     hung = survivors[0]
@@ -205,16 +206,22 @@ def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at
     expect(summary).to_have_count(0)
 
 
-def check_the_replay_before_the_kill(page, victim: str, its_queues: list[str], killed_at: float) -> None:
-    """The lag lines are drawn; the Replay slider set to 2 s before the kill shows the
-    victim owning its queues again, and Back to live shows the survivors."""
+def check_the_replay_before_the_kill(page, victim: str, its_queues: list[str], circled_at: float,
+                                     killed_at: float) -> None:
+    """The lag lines are drawn; the Replay slider set halfway between the switch and the
+    kill (5 s or more apart, a sample a second) shows the victim owning its queues again,
+    and Back to live shows the survivors."""
     expect(page.locator(f'{GROUP} [data-role="total-lag"]')).to_contain_text("total lag")
     expect(page.locator(f'{GROUP} tr.trend svg.spark').first).to_be_attached()
-    seconds_ago = round((time.time() * 1000 - killed_at) / 1000) + 1   # a second or so before the kill
+    seconds_ago = math.ceil((time.time() * 1000 - (circled_at + killed_at) / 2) / 1000)
     page.eval_on_selector(f'{GROUP} [data-role="replay"]',
                           "(slider, v) => { slider.value = String(v); slider.dispatchEvent(new Event('input')); }", -seconds_ago)
     expect(page.locator(GROUP)).to_have_attribute("data-replay", re.compile(r"^\d+$"))
-    wait_for_owners(page, lambda o: all(o[q] == victim for q in its_queues), f"{victim} owning its queues in the replay")
+    try:
+        wait_for_owners(page, lambda o: all(o[q] == victim for q in its_queues), f"{victim} owning its queues in the replay")
+    except AssertionError as exc:   # say what the page replayed
+        raise AssertionError(f"{exc}: {page.text_content(f'{GROUP} [data-role=replay-state]')}, owners {owners(page)}, "
+                             f"replayed sample {page.get_attribute(GROUP, 'data-replay')}, killed at {killed_at:.0f}") from None
     screenshot(page, "03c-replay")
     page.click(f'{GROUP} [data-action="live"]')
     wait_for_owners(page, lambda o: victim not in o.values(), "the live owners again")
