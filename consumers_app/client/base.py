@@ -26,6 +26,7 @@ import grpc
 
 from .. import events
 from ..message_queue import MessageQueue
+from ..offset_ranges import merge_ranges
 from ..protocol import lab, v2, v2_service
 from .config import ConsumeResult, MessageModel
 from ..remoting import wire
@@ -73,17 +74,7 @@ class ConsumedRanges:
 
     def drain(self) -> dict:
         taken, self._ranges = self._ranges, {}
-        out = {}
-        for mq, ranges in taken.items():
-            ranges.sort()
-            merged = [ranges[0]]
-            for start, end in ranges[1:]:
-                if start <= merged[-1][1]:
-                    merged[-1][1] = max(merged[-1][1], end)
-                else:
-                    merged.append([start, end])
-            out[mq] = merged
-        return out
+        return {mq: merge_ranges(ranges) for mq, ranges in taken.items()}
 
 
 class ConsumeStats:

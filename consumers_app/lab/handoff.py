@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from consumers_app.events import make_event, now_ms
 from consumers_app.message_queue import MessageQueue
+from consumers_app.offset_ranges import covered, merge_ranges
 
 from .bus import LabError
 
@@ -63,11 +64,11 @@ class Tenure:
         if reach < end:
             new.append((reach, end))
         if new:
-            self.ranges = _merge(self.ranges + [[s, e] for s, e in new])
+            self.ranges = merge_ranges(self.ranges + [[s, e] for s, e in new])
         return new
 
     def covered(self, start: int, end: int) -> int:
-        return _covered(start, end, self.ranges)
+        return covered(start, end, self.ranges)
 
 
 @dataclass
@@ -257,7 +258,7 @@ class GroupHandoffs:
             for s, e in tenure.add(start, end):
                 into = tenure.into
                 if into is not None and into.from_tenures:
-                    twice = _covered(s, e, [r for t in into.from_tenures for r in t.ranges])
+                    twice = covered(s, e, [r for t in into.from_tenures for r in t.ranges])
                     if twice:
                         into.duplicates += twice
                         self._touch(into)
@@ -347,26 +348,3 @@ def rebalance_detail(group, rebalance_id) -> dict:
         raise LabError(f"group {group.name} has no rebalance {rebalance_id} in the last "
                        f"{group.handoffs.window_ms // 60000} minutes (rebalances that moved no queue are not kept)")
     return {"group": group.name, **found}
-
-
-def _merge(ranges: list[list[int]]) -> list[list[int]]:
-    ranges.sort()
-    merged = [ranges[0]]
-    for start, end in ranges[1:]:
-        if start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return merged
-
-
-def _covered(start: int, end: int, ranges) -> int:
-    """How many offsets of [start, end) lie in the union of ``ranges``."""
-    parts = sorted((max(start, s), min(end, e)) for s, e, *_ in ranges if s < end and e > start)
-    total, reach = 0, start
-    for s, e in parts:
-        s = max(s, reach)
-        if e > s:
-            total += e - s
-            reach = e
-    return total

@@ -33,12 +33,18 @@
     return p;
   }
 
-  function updateReportLinks() {
-    document.querySelectorAll(".history-downloads a").forEach((a) => {
-      const p = params();
+  // Each link of `links` (one per format, data-fmt) to `base` + FMT + the query; the HTML
+  // one downloads rather than opens.
+  function setReportLinks(links, base, query) {
+    links.forEach((a) => {
+      const p = query();
       if (a.dataset.fmt === "html") p.set("download", "1");
-      a.href = root.dataset.reportUrl + a.dataset.fmt + "?" + p.toString();
+      a.href = base + a.dataset.fmt + "?" + p.toString();
     });
+  }
+
+  function updateReportLinks() {
+    setReportLinks(document.querySelectorAll(".history-downloads a"), root.dataset.reportUrl, params);
   }
 
   async function getJson(url) {
@@ -140,11 +146,7 @@
   }
 
   function updateCompareLinks() {
-    compareBox.querySelectorAll(".compare-downloads a").forEach((a) => {
-      const p = compareParams();
-      if (a.dataset.fmt === "html") p.set("download", "1");
-      a.href = compareBox.dataset.compareUrl + a.dataset.fmt + "?" + p.toString();
-    });
+    setReportLinks(compareBox.querySelectorAll(".compare-downloads a"), compareBox.dataset.compareUrl, compareParams);
   }
 
   const COMPARE_ROWS = [["windows", "10-s windows"], ["lag_avg", "lag, average"], ["lag_p95", "lag, p95"], ["lag_max", "lag, max"],
