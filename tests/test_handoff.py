@@ -228,7 +228,10 @@ async def test_a_failed_pop_message_backs_off_and_comes_back_through_the_pop_ret
 
 
 async def test_empty_queue_or_member_lists_keep_the_assignment():
-    """8. Java's strategies throw on an empty list and rebalanceByTopic keeps what it has."""
+    """8. RebalanceImpl.rebalanceByTopic keeps what it has: an empty queue list makes the
+    strategy throw (unbalanced, retried at minInterval); no member list (a 5.3 broker's
+    SYSTEM_ERROR for a memberless group, findConsumerIdList -> null) is balanced: the
+    next try is the periodic one, not one a second."""
     mine = MessageQueue("T", "broker-a", 0)
 
     class Consumer:
@@ -253,13 +256,14 @@ async def test_empty_queue_or_member_lists_keep_the_assignment():
     assert await impl.do_rebalance() is False
     assert impl.assignments == [mine]
     consumer.topic_queues, consumer.members = {"T": [mine]}, []
-    assert await impl.do_rebalance() is False
+    assert await impl.do_rebalance() is True
     assert impl.assignments == [mine]
 
 
 async def test_offset_illegal_is_corrected_at_once(broker):
-    """8. A committed offset beyond the queue is corrected to the broker's answer and the
-    queue goes on at once (5.2+), not after 10 s and a rebalance."""
+    """8. A committed offset beyond the queue is corrected to the broker's answer: as 5.3's
+    DefaultMQPushConsumerImpl pull callback, the ProcessQueue is dropped, the correction
+    persisted, and an immediate rebalance creates the queue anew from there."""
     addr, log = broker.address, Log()
     await produce(addr, "Illegal", 5)
     conn = Connection(addr, "probe")

@@ -30,10 +30,12 @@ from ..offset_ranges import merge_ranges
 from ..protocol import lab, v2, v2_service
 from .config import ConsumeResult, MessageModel
 from ..remoting import wire
+from ..remoting.codec import CURRENT_VERSION_DESC
 from .connection import Connection, check, new_client_id, resource
 from .remoting_connection import RemotingConnection
 from .faults import ListenerFaults
 from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
+from .subscription import SubscriptionVersions
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,8 @@ class ConsumerBase:
         self._fc_last_emit: dict[tuple, float] = {}
         self._last_offsets: dict[MessageQueue, int] = {}
         self._last_pq: dict[MessageQueue, dict] = {}   # figures of the last pq event per queue
+        self.subscription_versions = SubscriptionVersions()
+        self.start_timestamp_ms = 0   # consumerStartTimestamp (wall clock), set by start()
 
     # ------------------------------------------------------------------ events
 
@@ -185,6 +189,7 @@ class ConsumerBase:
         the broker keeps a clustering group's offsets, a broadcasting consumer keeps
         its own in a local file (RocketMQ's RemoteBrokerOffsetStore / LocalFileOffsetStore)."""
         cfg = self.config
+        self.start_timestamp_ms = time.time_ns() // 1_000_000
         if cfg.namesrv:
             self.connection = RemotingConnection(cfg.namesrv, self.client_id, owner=self,
                                                  timeout_s=cfg.rpc_timeout_ms / 1000)
@@ -493,33 +498,85 @@ class ConsumerBase:
         """What only this kind of client reports (merged into ``snapshot()``)."""
         return {}
 
+    def subscription_set(self) -> list[dict]:
+        """Our subscriptions as Java's SubscriptionData (heartbeats and running info)."""
+        return self.subscription_versions.data(self.subscriptions)
+
+    def pull_sub_version(self, topic: str) -> int:
+        """The subVersion a pull of ``topic`` carries (the push consumer's, as pullMessage)."""
+        return self.subscription_versions.version(topic, self.subscriptions.get(topic))
+
+    #: ConsumerRunningInfo's properties from our config, by the Java field names
+    #: MixAll.object2Properties writes for DefaultMQPushConsumer / DefaultLitePullConsumer.
+    RUNNING_INFO_FIELDS = (
+        ("consumeThreadMin", "consume_thread_min"), ("consumeThreadMax", "consume_thread_max"),
+        ("consumeConcurrentlyMaxSpan", "consume_concurrently_max_span"), ("consumeMaxSpan", "consume_max_span"),
+        ("pullThresholdForQueue", "pull_threshold_for_queue"),
+        ("pullThresholdSizeForQueue", "pull_threshold_size_for_queue_mib"),
+        ("pullThresholdForTopic", "pull_threshold_for_topic"),
+        ("pullThresholdSizeForTopic", "pull_threshold_size_for_topic_mib"),
+        ("pullThresholdForAll", "pull_threshold_for_all"), ("pullInterval", "pull_interval_ms"),
+        ("consumeMessageBatchMaxSize", "consume_message_batch_max_size"), ("pullBatchSize", "pull_batch_size"),
+        ("maxReconsumeTimes", "max_reconsume_times"),
+        ("suspendCurrentQueueTimeMillis", "suspend_current_queue_time_ms"),
+        ("autoCommit", "auto_commit"), ("autoCommitIntervalMillis", "auto_commit_interval_ms"),
+        ("pollTimeoutMillis", "poll_timeout_ms"), ("brokerSuspendMaxTimeMillis", "broker_suspend_max_time_ms"),
+        ("consumerTimeoutMillisWhenSuspend", "consumer_timeout_ms_when_suspend"),
+        ("pollNameServerInterval", "poll_name_server_interval_ms"),
+        ("heartbeatBrokerInterval", "heartbeat_interval_ms"),
+        ("persistConsumerOffsetInterval", "persist_consumer_offset_interval_ms"),
+        ("pullTimeDelayMillsWhenException", "pull_time_delay_ms_when_exception"),
+        ("mqClientApiTimeout", "rpc_timeout_ms"),
+    )
+
     def running_info(self) -> dict:
         """ConsumerRunningInfo, as a Java consumer answers GET_CONSUMER_RUNNING_INFO over
-        remoting: properties, subscriptions and the mqTable of ProcessQueue info, so
-        mqadmin-style tools (and the lab's observer) see what it really holds."""
+        remoting (DefaultMQPushConsumerImpl.consumerRunningInfo + what MQClientInstance
+        adds): properties, subscriptions and the mqTable of ProcessQueue info, so
+        mqadmin-style tools (and the lab's observer) see what it really holds.
+        ProcessQueue times go out as wall-clock ms, as Java's ``System.currentTimeMillis()``."""
         impl = getattr(self, "rebalance_impl", None)
         offsets = getattr(self, "offset_store", None)
+        mono_now, wall_now = time.monotonic_ns() // 1_000_000, time.time_ns() // 1_000_000
+
+        def wall(mono_ms: int) -> int:
+            return wall_now - (mono_now - mono_ms)
+
         table = {}
         for mq, pq in list(impl.process_queue_table.items()) if impl is not None else ():
+            consuming = sorted(pq.consuming_orderly)
             table[wire.message_queue_key(mq.topic, mq.broker_name, mq.queue_id)] = {
                 "commitOffset": offsets.table.get(mq, -1) if offsets is not None else -1,
                 "cachedMsgMinOffset": pq.first_offset() or 0, "cachedMsgMaxOffset": pq.last_offset() or 0,
                 "cachedMsgCount": pq.msg_count, "cachedMsgSizeInMiB": pq.msg_size >> 20,
-                "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0, "transactionMsgCount": 0,
-                "locked": pq.locked, "tryUnlockTimes": pq.try_unlock_times, "lastLockTimestamp": pq.last_lock_ts,
-                "droped": pq.dropped, "lastPullTimestamp": pq.last_pull_ts, "lastConsumeTimestamp": pq.last_consume_ts,
+                "transactionMsgMinOffset": consuming[0] if consuming else 0,
+                "transactionMsgMaxOffset": consuming[-1] if consuming else 0,
+                "transactionMsgCount": len(consuming),
+                "locked": pq.locked, "tryUnlockTimes": pq.try_unlock_times, "lastLockTimestamp": wall(pq.last_lock_ts),
+                "droped": pq.dropped, "lastPullTimestamp": wall(pq.last_pull_ts),
+                "lastConsumeTimestamp": wall(pq.last_consume_ts),
             }
         cfg = self.config
-        return {
-            "properties": {"PROP_CONSUME_TYPE": "CONSUME_ACTIVELY" if self.mode == "lite_pull" else "CONSUME_PASSIVELY",
-                           "PROP_CONSUMEORDERLY": str(bool(getattr(self, "orderly", False))).lower(),
-                           "PROP_NAMESERVER_ADDR": cfg.namesrv, "PROP_CLIENT_VERSION": "rebalance-lab",
-                           "allocateMessageQueueStrategy": self.strategy_name,
-                           "messageModel": self.message_model.value},
-            "subscriptionSet": [{"topic": t, "subString": e or "*", "tagsSet": [], "codeSet": [], "subVersion": 0,
-                                 "expressionType": "TAG"} for t, e in sorted(self.subscriptions.items())],
-            "mqTable": table, "statusTable": {}, "jstack": "",
-        }
+        where = getattr(cfg, "consume_from_where", None)
+        properties = {java: str(getattr(cfg, name)).lower() if isinstance(getattr(cfg, name), bool)
+                      else str(getattr(cfg, name))
+                      for java, name in self.RUNNING_INFO_FIELDS if hasattr(cfg, name)}
+        properties.update({
+            "consumerGroup": self.group, "messageModel": self.message_model.value,
+            "allocateMessageQueueStrategy": self.strategy_name, "namesrvAddr": cfg.namesrv,
+            "unitMode": "false",
+            "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp_ms),
+            "PROP_NAMESERVER_ADDR": f"{cfg.namesrv};" if cfg.namesrv else "",
+            "PROP_CONSUME_TYPE": "CONSUME_ACTIVELY" if self.mode == "lite_pull" else "CONSUME_PASSIVELY",
+            "PROP_CLIENT_VERSION": CURRENT_VERSION_DESC,
+        })
+        if where is not None:
+            properties["consumeFromWhere"] = where.value
+        if self.mode == "push":   # only DefaultMQPushConsumerImpl adds these two
+            properties["PROP_CONSUMEORDERLY"] = str(bool(getattr(self, "orderly", False))).lower()
+            properties["PROP_THREADPOOL_CORE_SIZE"] = str(cfg.consume_thread_min)
+        return {"properties": properties, "subscriptionSet": self.subscription_set(),
+                "mqTable": table, "statusTable": {}, "jstack": ""}
 
     def snapshot(self) -> dict:
         """The consumer as the lab's worker reports it (queues keyed as in events: label,

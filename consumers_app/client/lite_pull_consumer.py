@@ -206,6 +206,10 @@ class LitePullConsumer(ConsumerBase):
     def is_pull_expired(self, pq) -> bool:
         return False
 
+    def pull_sub_version(self, topic: str) -> int:
+        """DefaultLitePullConsumerImpl pulls a TAG subscription with subVersion 0."""
+        return 0
+
     def create_process_queue(self, mq) -> ProcessQueue:
         return ProcessQueue()
 

@@ -379,19 +379,31 @@ class PushConsumer(ConsumerBase):
                 self.offset_store.update_offset(mq, request.next_offset, True)
             service.execute_pull_request_immediately(request)
         elif status == OFFSET_ILLEGAL:
-            # The offset fell out of the queue: take the broker's corrected offset, store
-            # it, and go on pulling from there at once (5.2+; before, the queue was
-            # dropped and re-created 10 s later).
+            # The offset fell out of the queue (retention deleted it, or it is past the
+            # end): as 5.3's pull callback, drop the ProcessQueue (its cache is discarded,
+            # late consume results are ignored), persist the broker's corrected offset,
+            # remove the queue and rebalance at once, which creates it anew from there.
             log.warning("%s: offset %d of %s is illegal; corrected to %d", self.client_id,
                         request.next_offset, mq.label, resp.next_begin_offset)
             self.note_offset_moved(mq, request.next_offset, resp.next_begin_offset)
             request.next_offset = resp.next_begin_offset
-            if pq.msg_count == 0:
-                self.offset_store.update_offset(mq, request.next_offset, False)
-                self.spawn(self._persist_quietly(mq, request.next_offset))
-            service.execute_pull_request_immediately(request)
+            pq.dropped = True
+            self.spawn(self._fix_illegal_offset(mq, request.next_offset))
         else:
             service.execute_pull_request_later(request, cfg.pull_time_delay_ms_when_exception)
+
+    async def _fix_illegal_offset(self, mq, offset: int) -> None:
+        """The OFFSET_ILLEGAL task: updateAndFreezeOffset + persist, removeProcessQueue,
+        rebalanceImmediately. The persist is awaited so the new ProcessQueue's
+        computePullFromWhere reads the corrected offset back from the broker."""
+        store = self.offset_store
+        store.update_offset(mq, offset, False)   # frozen: the dropped queue's results no longer count
+        try:
+            await store.persist(mq)
+        except Exception as exc:  # noqa: BLE001 - the rebalance then starts from the old offset
+            log.warning("%s: persisting the corrected offset of %s: %s", self.client_id, mq.label, exc)
+        await self.rebalance_impl.remove_process_queue(mq)
+        self.rebalance_now("offset_moved")
 
     # ------------------------------------------------------------------ send back
 

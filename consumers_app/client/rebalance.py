@@ -130,6 +130,7 @@ class RebalanceImpl:
         self._sorted_mqs: dict[str, _SortedCache] = {}
         self._sorted_cids = _SortedCache()
         self.last_reason = "start"
+        self._removed_between: list[MessageQueue] = []   # remove_process_queue since the last run
 
     def set_strategy(self, name: str, **options) -> None:
         self.strategy = get_strategy(name, **options)
@@ -147,10 +148,15 @@ class RebalanceImpl:
             c.emit("rebalance", topic=c.topic, phase="start", reason=reason, strategy=self.strategy.name)
             balanced = True
             added_all: list[MessageQueue] = []
-            removed_all: list[MessageQueue] = []
+            removed_all, self._removed_between = self._removed_between, []
             cid_all = None
             if c.message_model is MessageModel.CLUSTERING:
-                cid_all = await c.list_members()
+                try:
+                    cid_all = await c.list_members()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - findConsumerIdList: null, nothing moves
+                    log.warning("%s: member list of %s: %s", c.client_id, c.group, exc)
             for topic in list(c.subscriptions):
                 try:
                     ok, added, removed = await self._rebalance_by_topic(topic, cid_all)
@@ -177,14 +183,18 @@ class RebalanceImpl:
             if mq_set is None:
                 return True, [], []
             return await self._update_table(topic, set(mq_set))
-        if mq_set is None or cid_all is None:
-            # No route yet (e.g. %RETRY% before the first send-back): nothing to do.
+        if mq_set is None or not cid_all:
+            # No route yet (e.g. %RETRY% before the first send-back), or no member list: a
+            # 5.3 broker answers a memberless group with SYSTEM_ERROR, findConsumerIdList
+            # returns null and rebalanceByTopic does nothing, balanced: the next try is the
+            # periodic one (an empty list counts the same: never "drop every queue").
+            if mq_set is not None:
+                log.warning("%s: no member list for %s; keeping the current assignment", c.client_id, c.group)
             return True, [], []
-        if not mq_set or not cid_all:
-            # Java's strategies throw on an empty list and rebalanceByTopic keeps what it
-            # has: an empty answer is a glitch to ride out, not "drop every queue".
-            log.warning("%s: %s has %d queue(s) and %d consumer(s); keeping the current assignment",
-                        c.client_id, topic, len(mq_set), len(cid_all))
+        if not mq_set:
+            # Java's strategies throw on an empty queue list and rebalanceByTopic keeps
+            # what it has, unbalanced (retried at minInterval).
+            log.warning("%s: %s has no queue; keeping the current assignment", c.client_id, topic)
             return False, [], []
         mq_all = self._sorted_mqs.setdefault(topic, _SortedCache()).get(mq_set, mq_sort_key)
         cids = self._sorted_cids.get(cid_all, java_key)
@@ -192,37 +202,30 @@ class RebalanceImpl:
         return await self._update_table(topic, set(mine), mq_set)
 
     async def _update_table(self, topic: str, mine: set, mq_all=None):
-        """updateProcessQueueTableInRebalance; returns (balanced, added, removed)."""
+        """updateProcessQueueTableInRebalance; returns (balanced, added, removed).
+
+        Balanced as 5.3 says it: ``mine`` is exactly the topic's queues held by ProcessQueues
+        that are not dropped (anything else is retried at minInterval)."""
         c = self.consumer
         table = self.process_queue_table
         removed = []
-        removal_pending = False
         for mq, pq in list(table.items()):
             if mq.topic != topic:
                 continue
-            if pq.dropped and mq in mine:
-                # Dropped earlier but ours again (e.g. an orderly removal that had to
-                # wait for the consume lock): start over with a fresh ProcessQueue.
-                table.pop(mq, None)
-                removed.append(mq)
-                continue
-            if mq not in mine or (c.is_pull_expired(pq)):
+            # A queue ours again whose removal is still pending (an orderly queue that was
+            # consuming) keeps its dropped ProcessQueue until the pull expires, as in 5.3:
+            # only then is it removed and, below, created anew.
+            if mq not in mine or c.is_pull_expired(pq):
                 pq.dropped = True
                 if await c.remove_unnecessary(mq, pq):
                     table.pop(mq, None)
                     removed.append(mq)
-                else:
-                    removal_pending = True
-        # An orderly queue still being consumed could not be released yet: retry at
-        # minInterval rather than the next period, so its next owner is not kept waiting.
-        all_locked = not removal_pending
         candidates = []
         for mq in sorted(mine):
             if mq in table:
                 continue
             if c.orderly and c.message_model is MessageModel.CLUSTERING and not await c.lock(mq):
-                all_locked = False  # someone else still holds it: retry at minInterval
-                continue
+                continue  # someone else still holds it: unbalanced, retried at minInterval
             candidates.append(mq)
         added = []
         if candidates:
@@ -230,11 +233,8 @@ class RebalanceImpl:
             new = []
             for mq in candidates:
                 offset = offsets.get(mq, -1)
-                if offset is None or offset < 0:
-                    all_locked = False  # could not compute: try again soon
-                    continue
-                if mq in table:
-                    continue
+                if offset is None or offset < 0 or mq in table:
+                    continue  # could not compute (the broker failed to answer): next round
                 pq = c.create_process_queue(mq)
                 table[mq] = pq
                 new.append((mq, pq, offset))
@@ -242,7 +242,18 @@ class RebalanceImpl:
             c.on_queues_added(new)
         if added or removed:
             c.on_queues_changed(topic, mq_all if mq_all is not None else mine, mine)
-        return all_locked, added, removed
+        working = {mq for mq, pq in table.items() if mq.topic == topic and not pq.dropped}
+        return working == mine, added, removed
+
+    async def remove_process_queue(self, mq) -> None:
+        """removeProcessQueue: forget the queue's ProcessQueue now (the OFFSET_ILLEGAL fix);
+        the next rebalance creates a new one."""
+        async with self._lock:   # not in the middle of a rebalance's own removals
+            pq = self.process_queue_table.pop(mq, None)
+            if pq is not None:
+                pq.dropped = True
+                await self.consumer.remove_unnecessary(mq, pq)
+                self._removed_between.append(mq)   # reported by the next rebalance's end event
 
     async def _truncate_not_my_topic(self) -> list[MessageQueue]:
         c = self.consumer

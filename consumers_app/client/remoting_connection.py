@@ -14,6 +14,9 @@ The broker's requests on our connections are answered: NOTIFY_CONSUMER_IDS_CHANG
 the membership watch (which then asks GET_CONSUMER_LIST_BY_GROUP, as Java's rebalance
 does), and GET_CONSUMER_RUNNING_INFO gets the consumer's real state (``running_info()``).
 Selected by ``ClientConfig.namesrv``; the pop consumer stays on gRPC (the proxy's protocol).
+
+Every request announces language PYTHON and RocketMQ 5.3.3's version (codec.CURRENT_VERSION),
+so a 5.3 broker serves us as a current client (running info, offset resets).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from .faults import NetworkCut
 
 log = logging.getLogger(__name__)
 
-LANGUAGE = "PYTHON"
+LANGUAGE = "PYTHON"   # a LanguageCode a 5.3 broker knows
 OK = lab.Status(code=v2.Code.OK)
 # Our pull statuses from remoting response codes (PullAPIWrapper.processPullResult).
 PULL_STATUS = {wire.SUCCESS: lab.FOUND, wire.PULL_NOT_FOUND: lab.NO_NEW_MSG,
@@ -164,10 +167,10 @@ def heartbeat_body(client_id: str, owner) -> bytes:
             "consumeType": "CONSUME_ACTIVELY" if owner.mode == "lite_pull" else "CONSUME_PASSIVELY",
             "messageModel": owner.message_model.value,
             "consumeFromWhere": where.value if where is not None else "CONSUME_FROM_LAST_OFFSET",
-            "subscriptionDataSet": [{"topic": topic, "subString": expression or "*", "tagsSet": [],
-                                     "codeSet": [], "subVersion": int(time.time() * 1000),
-                                     "classFilterMode": False, "expressionType": "TAG"}
-                                    for topic, expression in sorted(owner.subscriptions.items())],
+            # Java's SubscriptionData: tags and their hash codes (what a 5.3 broker filters
+            # by), and a subVersion that moves only when the subscription changes (a newer
+            # one replaces the group's subscription on the broker).
+            "subscriptionDataSet": owner.subscription_set(),
             "unitMode": False,
         })
     producers = [{"groupName": wire.DEFAULT_PRODUCER_GROUP}] if getattr(owner, "mode", None) == "producer" else []
@@ -304,7 +307,9 @@ class _Lab:
         address = sorted(self.c.brokers.values())[0]
         answer = await self.c.ask(address, wire.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         if answer.code != wire.SUCCESS:
-            return []
+            # A 5.3 broker answers SYSTEM_ERROR for a group with no member: no list, which
+            # the rebalance rides out until its next period (findConsumerIdList -> null).
+            raise _failed(answer)
         return sorted(str(x) for x in (wire.loads(answer.body) or {}).get("consumerIdList") or ())
 
     async def ListGroupMembers(self, request, metadata=(), timeout=None):
@@ -335,15 +340,19 @@ class _Lab:
     async def PullBatch(self, request, metadata=(), timeout=None):
         q = request.queue
         flags = wire.PULL_SUBSCRIPTION
+        pull_sub_version = getattr(self.c.owner, "pull_sub_version", None)
+        # PullMessageRequestHeader: commitOffset and suspendTimeoutMillis are required
+        # fields (a 5.3 broker logs an error for each pull without them); the sysFlag
+        # bits say whether they mean anything.
         ext = {"consumerGroup": request.group, "topic": q.topic, "queueId": q.queue_id,
                "queueOffset": request.offset, "maxMsgNums": request.max_messages,
-               "subscription": request.tag_expression or "*", "subVersion": 0, "expressionType": "TAG"}
+               "commitOffset": max(request.commit_offset, 0), "suspendTimeoutMillis": request.suspend_timeout_ms,
+               "subscription": request.tag_expression or "*", "expressionType": "TAG",
+               "subVersion": pull_sub_version(q.topic) if pull_sub_version is not None else 0}
         if request.commit_offset > 0:
             flags |= wire.PULL_COMMIT_OFFSET
-            ext["commitOffset"] = request.commit_offset
         if request.suspend_timeout_ms > 0:
             flags |= wire.PULL_SUSPEND
-            ext["suspendTimeoutMillis"] = request.suspend_timeout_ms
         ext["sysFlag"] = flags
         answer = await self.c.at_queue(q.topic, q.broker_name, wire.PULL_MESSAGE, ext,
                                        timeout=timeout or (request.suspend_timeout_ms / 1000 + self.c.timeout_s))
@@ -364,21 +373,27 @@ class _Lab:
         topic, group = request.topic, request.group
         queues = await self.c.route(topic) or []
 
-        async def one(broker: str, qid: int) -> lab.QueueOffsets:
+        async def one(broker: str, qid: int) -> lab.QueueOffsets | None:
             ext = {"topic": topic, "queueId": qid}
             low, high = await asyncio.gather(self.c.at_queue(topic, broker, wire.GET_MIN_OFFSET, ext),
                                              self.c.at_queue(topic, broker, wire.GET_MAX_OFFSET, ext))
+            if low.code != wire.SUCCESS or high.code != wire.SUCCESS:
+                return None
             committed = -1
             if group:
                 answer = await self.c.at_queue(topic, broker, wire.QUERY_CONSUMER_OFFSET,
                                                {**ext, "consumerGroup": group})
                 if answer.code == wire.SUCCESS:
                     committed = answer.number("offset")
+                elif answer.code != wire.QUERY_NOT_FOUND:
+                    return None
             return lab.QueueOffsets(queue=lab.QueueRef(topic=topic, broker_name=broker, queue_id=qid),
-                                    min_offset=low.number("offset", 0), max_offset=high.number("offset", 0),
+                                    min_offset=low.number("offset"), max_offset=high.number("offset"),
                                     committed_offset=committed)
+        # A queue the broker failed to answer for (SYSTEM_BUSY, ...) is left out, not
+        # reported as "no offset": the caller asks it again on its own.
         rows = await asyncio.gather(*(one(b, i) for b, i, _ in queues))
-        return lab.QueueOffsetsResponse(status=OK, ts=_now_ms(), queues=rows)
+        return lab.QueueOffsetsResponse(status=OK, ts=_now_ms(), queues=[r for r in rows if r is not None])
 
     async def _locks(self, code: int, request) -> list[lab.QueueRef]:
         by_broker: dict[str, list] = {}

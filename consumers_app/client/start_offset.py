@@ -5,11 +5,14 @@
    answers 0 when the queue's min offset is 0 and its first message is still stored:
    so a new group consumes such a queue from the start whatever consume_from_where says.
 2. Else by ``consume_from_where``: LAST_OFFSET -> the queue's max offset (0 for the
-   %RETRY% topic: retries are never skipped); FIRST_OFFSET -> its min offset (RocketMQ
-   asks for 0 and lets the broker correct it); TIMESTAMP -> the first offset stored at
-   or after ``consume_timestamp_ms`` (now - 30 min by default; max offset for %RETRY%).
-3. The store could not be asked (-2): skip the queue this time; the rebalance is
-   reported unbalanced and retried at minInterval.
+   %RETRY% topic: retries are never skipped); FIRST_OFFSET -> 0, and the first pull's
+   OFFSET_ILLEGAL corrects it to the min offset (so a group whose first messages retention
+   deleted reports the skip); TIMESTAMP -> the first offset stored at or after
+   ``consume_timestamp_ms`` (now - 30 min by default; max offset for %RETRY%).
+3. The broker could not be asked, or failed to answer (SYSTEM_BUSY, SYSTEM_ERROR, ...:
+   anything but "not found"): skip the queue this time, never read it as "no offset";
+   the rebalance is reported unbalanced and retried at minInterval
+   (RebalancePushImpl.computePullFromWhereWithException).
 
 A few queues are asked one small call each (concurrently), as RocketMQ asks per queue;
 for three or more queues of a topic (a rebalance in a big group moves several at once)
@@ -62,7 +65,7 @@ async def compute_pull_from_where(consumer, topic: str, mqs) -> dict:
         if cfw is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
             return 0 if is_retry else await query_offset(connection, mq, v2.END, timeout_s=timeout_s)
         if cfw is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-            return await query_offset(connection, mq, v2.BEGINNING, timeout_s=timeout_s)
+            return 0   # "the offset will be fixed by the OFFSET_ILLEGAL process"
         if is_retry:
             return await query_offset(connection, mq, v2.END, timeout_s=timeout_s)
         ts = config.consume_timestamp_ms
@@ -77,7 +80,9 @@ async def compute_pull_from_where(consumer, topic: str, mqs) -> dict:
             table = None
         if table:
             async def one(mq, _one=one):  # noqa: F811 - same rules, answers already at hand
-                committed, lo, hi = table.get(mq, (-1, 0, 0))
+                if mq not in table:
+                    return await _one(mq)   # the broker failed to answer for it: ask alone
+                committed, lo, hi = table[mq]
                 store.remove_offset(mq)
                 if committed < 0 and lo <= 0 < hi:
                     committed = 0  # what the broker's queryConsumerOffset answers here (see 1.)
@@ -88,7 +93,7 @@ async def compute_pull_from_where(consumer, topic: str, mqs) -> dict:
                 if cfw is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
                     return 0 if is_retry else hi
                 if cfw is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-                    return lo
+                    return 0
                 return await _one(mq)
     results = await asyncio.gather(*(one(mq) for mq in mqs), return_exceptions=True)
     out = {}

@@ -20,6 +20,12 @@ FLAG_RESPONSE, FLAG_ONEWAY = 1, 2
 
 LANGUAGES = ["JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP",
              "OMS", "RUST", "NODE_JS"]   # LanguageCode, by its byte in the binary header
+# The release whose behaviour the lab follows, as every remoting header announces it:
+# MQVersion.Version.V5_3_3.ordinal() (MQVersion.CURRENT_VERSION of rocketmq-all-5.3.3).
+# A 5.3 broker refuses GET_CONSUMER_RUNNING_INFO and online offset resets to clients
+# announcing less than V3_x (version 0 reads as V3_0_0_SNAPSHOT).
+CURRENT_VERSION = 479
+CURRENT_VERSION_DESC = "V5_3_3"    # MQVersion.getVersionDesc(CURRENT_VERSION)
 
 
 class FrameError(ValueError):
@@ -35,7 +41,7 @@ class Command:
     flag: int = 0
     remark: str | None = None
     language: str = "JAVA"
-    version: int = 0
+    version: int = CURRENT_VERSION
 
     @property
     def is_response(self) -> bool:
@@ -162,5 +168,6 @@ def binary_header(cmd: Command) -> bytes:
     remark = (cmd.remark or "").encode()
     ext = b"".join(struct.pack(">h", len(k.encode())) + k.encode() + struct.pack(">i", len(_text(v).encode()))
                    + _text(v).encode() for k, v in cmd.ext.items())
-    return (struct.pack(">hBhii", cmd.code, 0, cmd.version, cmd.opaque, cmd.flag)
+    language = LANGUAGES.index(cmd.language) if cmd.language in LANGUAGES else LANGUAGES.index("OTHER")
+    return (struct.pack(">hBhii", cmd.code, language, cmd.version, cmd.opaque, cmd.flag)
             + struct.pack(">i", len(remark)) + remark + struct.pack(">i", len(ext)) + ext)
