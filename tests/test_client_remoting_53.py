@@ -1,0 +1,367 @@
+"""Our remoting clients as a RocketMQ 5.3 broker sees them (issue 24), against the real
+broker over remoting. Each test names the Java class and method of rocketmq-all-5.3.3 it
+follows.
+
+A ``Tap`` sits between our client and the real name server / broker: it passes every
+frame on unchanged, keeps the requests our client sent (to check what goes over the
+wire), and can answer a chosen request with an error code (SYSTEM_BUSY, SYSTEM_ERROR) in
+place of the broker, as a loaded 5.3 broker does.
+"""
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+
+from consumers_app.client import (ConsumeFromWhere, ConsumeResult, LitePullConsumer, LitePullConsumerConfig,
+                                  PushConsumer, PushConsumerConfig)
+from consumers_app.events import EventEmitter
+from consumers_app.message_queue import MessageQueue
+from consumers_app.remoting import wire
+from consumers_app.remoting.codec import MAX_FRAME, decode, encode, response
+from tests.brokers import BrokerProcess
+from tests.remoting_peers import call
+from tests.support import async_wait_until, produce, wait_until
+
+V5_3_3 = 479   # MQVersion.Version.V5_3_3.ordinal(), counted in common/MQVersion.java
+TOPIC = "Topic53"
+OFFSETS = "Offsets53"
+ORDERLY = "Orderly53"
+AGED = "Aged53"
+
+
+# ---------------------------------------------------------------------------- the tap
+
+class Tap:
+    """A frame relay to ``target`` that records our requests and can fail answers."""
+
+    def __init__(self, target: str, rewrite: tuple[bytes, bytes] | None = None):
+        self.target = target
+        self.rewrite = rewrite            # (old, new) bytes replaced in answer bodies
+        self.requests = []                # (monotonic time, Command) of every request we sent
+        self.answers = []                 # (monotonic time, request Command, answer code)
+        self._failures = []               # [code, times left, predicate, answer code]
+        self._server = None
+        self._tasks = set()
+
+    @property
+    def address(self) -> str:
+        return "127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+
+    def fail(self, code: int, times: int, answer: int = wire.SYSTEM_BUSY, when=lambda cmd: True) -> None:
+        """Answer the next ``times`` requests ``code`` (matching ``when``) with ``answer``."""
+        self._failures.append([code, times, when, answer])
+
+    def sent(self, code: int, when=lambda cmd: True) -> list:
+        return [cmd for _, cmd in self.requests if cmd.code == code and when(cmd)]
+
+    async def start(self) -> "Tap":
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, limit=MAX_FRAME + 8)
+        return self
+
+    async def close(self) -> None:
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _failure_for(self, cmd):
+        for failure in self._failures:
+            if failure[0] == cmd.code and failure[1] > 0 and failure[2](cmd):
+                failure[1] -= 1
+                return failure[3]
+        return None
+
+    async def _serve(self, reader, writer) -> None:
+        host, _, port = self.target.rpartition(":")
+        up_reader, up_writer = await asyncio.open_connection(host, int(port), limit=MAX_FRAME + 8)
+        asked: dict[int, object] = {}   # opaque -> our request
+
+        async def ours():
+            while True:
+                n = int.from_bytes(await reader.readexactly(4), "big")
+                raw = await reader.readexactly(n)
+                cmd = decode(raw)
+                if not cmd.is_response:
+                    self.requests.append((time.monotonic(), cmd))
+                    error = self._failure_for(cmd)
+                    if error is not None:   # answered here, in the broker's place
+                        self.answers.append((time.monotonic(), cmd, error))
+                        writer.write(encode(response(cmd, error, f"tap: answered {error}")))
+                        continue
+                    asked[cmd.opaque] = cmd
+                up_writer.write(n.to_bytes(4, "big") + raw)
+
+        async def theirs():
+            while True:
+                n = int.from_bytes(await up_reader.readexactly(4), "big")
+                raw = await up_reader.readexactly(n)
+                cmd = decode(raw)
+                request = asked.pop(cmd.opaque, None) if cmd.is_response else None
+                if request is not None:
+                    self.answers.append((time.monotonic(), request, cmd.code))
+                if self.rewrite and self.rewrite[0] in cmd.body:
+                    cmd.body = cmd.body.replace(*self.rewrite)
+                    writer.write(encode(cmd))
+                else:
+                    writer.write(n.to_bytes(4, "big") + raw)
+
+        tasks = [asyncio.ensure_future(ours()), asyncio.ensure_future(theirs())]
+        self._tasks.update(tasks)
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for t in tasks:
+                t.cancel()
+                self._tasks.discard(t)
+            writer.close()
+            up_writer.close()
+
+
+class Taps:
+    """A tap on the name server and one on the broker; routes name the broker's tap."""
+
+    def __init__(self, broker: BrokerProcess):
+        self.broker_address = f"127.0.0.1:{broker.remoting_port}"
+        self.broker = Tap(self.broker_address)
+        self.namesrv = None
+        self._namesrv_target = broker.namesrv
+
+    async def __aenter__(self) -> "Taps":
+        await self.broker.start()
+        self.namesrv = await Tap(self._namesrv_target,
+                                 (self.broker_address.encode(), self.broker.address.encode())).start()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.namesrv.close()
+        await self.broker.close()
+
+
+def queue_id(cmd) -> int:
+    return int(cmd.ext.get("queueId", -1))
+
+
+# ---------------------------------------------------------------------------- brokers
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("remote-53"), remoting=True,
+                       topics=[f"{TOPIC}:4", f"{OFFSETS}:8", f"{ORDERLY}:2"],
+                       extra_args=["--client-expiry-ms", "3000", "--client-scan-ms", "250"]) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def aged(tmp_path_factory):
+    """Retention by age (0.72 s) over 64 KiB segments: after a few hundred 1 KiB messages
+    every segment but the one being written is gone, so each queue's min offset is > 0."""
+    b = BrokerProcess(tmp_path_factory.mktemp("remote-53-aged"), remoting=True, topics=[f"{AGED}:4"],
+                      extra_args=["--retention-hours", "0.0002", "--segment-size", str(64 << 10),
+                                  "--retention-interval-ms", "200"]).start()
+    try:
+        asyncio.run(produce(b.address, AGED, 800, batch=50))
+        remoting = f"127.0.0.1:{b.remoting_port}"
+        wait_until(lambda: all(min_offset(remoting, AGED, q) > 0 for q in range(4)), timeout=30,
+                   message="retention moved every queue's min offset")
+        yield b
+    finally:
+        b.stop()
+
+
+def min_offset(remoting: str, topic: str, qid: int) -> int:
+    return int(call(remoting, wire.GET_MIN_OFFSET, {"topic": topic, "queueId": qid}).ext["offset"])
+
+
+def max_offset(remoting: str, topic: str, qid: int) -> int:
+    return int(call(remoting, wire.GET_MAX_OFFSET, {"topic": topic, "queueId": qid}).ext["offset"])
+
+
+def committed(remoting: str, group: str, topic: str, qid: int):
+    answer = call(remoting, wire.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid})
+    return int(answer.ext["offset"]) if answer.code == wire.SUCCESS else None
+
+
+class Seen:
+    """Every message the listener got: (queue id, queue offset)."""
+
+    def __init__(self):
+        self.offsets: Counter = Counter()
+
+    def listener(self, msgs):
+        for m in msgs:
+            self.offsets[(m.queue.queue_id, m.queue_offset)] += 1
+        return ConsumeResult.SUCCESS
+
+    def of(self, qid: int) -> list[int]:
+        return sorted(o for q, o in self.offsets if q == qid)
+
+
+def push(namesrv: str, group: str, topic: str, listener, emitter=None, orderly=False, tags="*", **overrides):
+    settings = dict(namesrv=namesrv, heartbeat_interval_ms=500, poll_name_server_interval_ms=1000,
+                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
+    settings.update(overrides)
+    return PushConsumer(group, topic, listener, PushConsumerConfig(**settings), emitter=emitter,
+                        orderly=orderly, tag_expression=tags)
+
+
+def held(consumer, topic) -> set[int]:
+    return {mq.queue_id for mq, pq in consumer.rebalance_impl.process_queue_table.items()
+            if mq.topic == topic and not pq.dropped}
+
+
+async def ask(address: str, code: int, ext: dict):
+    """One request on our own loop (the broker may forward it to a client on this loop)."""
+    from consumers_app.remoting.client import RemotingClient
+    client = await RemotingClient.connect(address)
+    try:
+        return await client.request(code, ext, timeout=10)
+    finally:
+        await client.close()
+
+
+# ---------------------------------------------------------------------------- the tests
+
+async def test_every_request_announces_5_3_3_and_python_and_every_pull_carries_both_offsets(broker):
+    """RemotingCommand.createRequestCommand stamps MQVersion.CURRENT_VERSION (V5_3_3) and the
+    client's LanguageCode on every request; PullAPIWrapper.pullKernelImpl always fills
+    PullMessageRequestHeader's commitOffset and suspendTimeoutMillis (the lite pull's
+    commitOffset is 0, DefaultLitePullConsumerImpl.pull)."""
+    from consumers_app.client import Producer, ProducerConfig
+    await produce(broker.address, TOPIC, 40, batch=20)
+    async with Taps(broker) as taps:
+        pushed, polled = Seen(), Counter()
+        ours = push(taps.namesrv.address, "GID_53_VERSION", TOPIC, pushed.listener,
+                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        lite = LitePullConsumer("GID_53_VERSION_LITE", TOPIC, config=LitePullConsumerConfig(
+            namesrv=taps.namesrv.address, heartbeat_interval_ms=500,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET))
+        producer = Producer(ProducerConfig(namesrv=taps.namesrv.address, topic=TOPIC, batch_size=1))
+        await ours.start()
+        await lite.start()
+        await producer.start()
+        try:
+            await producer.send_batch(1)
+            await producer.send_batch(3)
+
+            async def polled_all():
+                for m in await lite.poll(200):
+                    polled[m.message_id] += 1
+                return len(polled) >= 44
+            await async_wait_until(lambda: len(pushed.offsets) >= 44, timeout=30, message="push got all 44")
+            await async_wait_until(polled_all, timeout=30, message="lite pull polled all 44")
+            # The broker keeps what the heartbeat announced: mqadmin's consumerConnection shows it.
+            connections = wire.loads((await ask(taps.broker_address, wire.GET_CONSUMER_CONNECTION_LIST,
+                                                {"consumerGroup": "GID_53_VERSION"})).body)
+            assert [(c["language"], int(c["version"])) for c in connections["connectionSet"]] == [("PYTHON", V5_3_3)]
+        finally:
+            await producer.shutdown()
+            await lite.shutdown()
+            await ours.shutdown()
+    requests = [cmd for _, cmd in taps.namesrv.requests + taps.broker.requests]
+    codes = {cmd.code for cmd in requests}
+    assert {wire.GET_ROUTEINFO_BY_TOPIC, wire.HEART_BEAT, wire.PULL_MESSAGE, wire.SEND_MESSAGE_V2,
+            wire.SEND_BATCH_MESSAGE, wire.QUERY_CONSUMER_OFFSET, wire.UPDATE_CONSUMER_OFFSET,
+            wire.UNREGISTER_CLIENT} <= codes
+    assert {(cmd.language, cmd.version) for cmd in requests} == {("PYTHON", V5_3_3)}
+    pulls = taps.broker.sent(wire.PULL_MESSAGE)
+    by_group = {group: [p for p in pulls if p.ext["consumerGroup"] == group]
+                for group in ("GID_53_VERSION", "GID_53_VERSION_LITE")}
+    assert all(by_group.values())
+    for group, group_pulls in by_group.items():
+        for p in group_pulls:
+            assert "commitOffset" in p.ext and "suspendTimeoutMillis" in p.ext, (group, p.ext)
+            flags = int(p.ext["sysFlag"])
+            assert bool(flags & wire.PULL_COMMIT_OFFSET) == (int(p.ext["commitOffset"]) > 0)
+            assert int(p.ext["suspendTimeoutMillis"]) > 0 and flags & wire.PULL_SUSPEND
+    assert {int(p.ext["commitOffset"]) for p in by_group["GID_53_VERSION_LITE"]} == {0}
+    assert any(int(p.ext["commitOffset"]) > 0 for p in by_group["GID_53_VERSION"])   # the piggyback
+
+
+async def test_heartbeats_carry_javas_subscription_data_with_a_sub_version_that_moves_only_on_resubscribe(broker):
+    """FilterAPI.buildSubscriptionData: tags split on ``||`` and trimmed, codeSet their
+    String.hashCode(), ``*`` empty sets; SubscriptionData.subVersion is stamped when the
+    subscription is built, so heartbeats repeat it until the consumer subscribes anew
+    (and a push pull carries it, DefaultMQPushConsumerImpl.pullMessage)."""
+    async with Taps(broker) as taps:
+        ours = push(taps.namesrv.address, "GID_53_SUBS", TOPIC, Seen().listener, tags="TagA || TagB")
+        lite = LitePullConsumer("GID_53_SUBS_LITE", TOPIC, config=LitePullConsumerConfig(
+            namesrv=taps.namesrv.address, heartbeat_interval_ms=500), tag_expression="TagA")
+        await ours.start()
+        await lite.start()
+
+        def heartbeats(group):
+            out = []
+            for cmd in taps.broker.sent(wire.HEART_BEAT):
+                for data in wire.loads(cmd.body)["consumerDataSet"]:
+                    if data["groupName"] == group:
+                        out.append({s["topic"]: s for s in data["subscriptionDataSet"]})
+            return out
+        try:
+            await async_wait_until(lambda: len(heartbeats("GID_53_SUBS")) >= 3 and len(heartbeats("GID_53_SUBS_LITE")) >= 3,
+                                   timeout=20, message="three heartbeats of each")
+            await async_wait_until(lambda: taps.broker.sent(wire.PULL_MESSAGE,
+                                                            lambda c: c.ext["consumerGroup"] == "GID_53_SUBS"),
+                                   timeout=20, message="a pull of the push consumer")
+            lite.subscribe(TOPIC, "TagC")
+            await async_wait_until(lambda: heartbeats("GID_53_SUBS_LITE")[-1][TOPIC]["subString"] == "TagC",
+                                   timeout=20, message="the new subscription heartbeated")
+        finally:
+            await lite.shutdown()
+            await ours.shutdown()
+    beats = heartbeats("GID_53_SUBS")
+    first = beats[0][TOPIC]
+    assert {k: first[k] for k in ("topic", "subString", "expressionType", "classFilterMode")} == {
+        "topic": TOPIC, "subString": "TagA || TagB", "expressionType": "TAG", "classFilterMode": False}
+    assert sorted(first["tagsSet"]) == ["TagA", "TagB"]
+    assert sorted(first["codeSet"]) == [2598919, 2598920]   # "TagA".hashCode(), "TagB".hashCode()
+    retry = beats[0]["%RETRY%GID_53_SUBS"]
+    assert (retry["subString"], retry["tagsSet"], retry["codeSet"]) == ("*", [], [])
+    assert len({b[TOPIC]["subVersion"] for b in beats}) == 1          # the same on every heartbeat
+    pulls = taps.broker.sent(wire.PULL_MESSAGE, lambda c: c.ext["consumerGroup"] == "GID_53_SUBS"
+                             and c.ext["topic"] == TOPIC)
+    assert {int(p.ext["subVersion"]) for p in pulls} == {first["subVersion"]}
+    lite_beats = [b[TOPIC] for b in heartbeats("GID_53_SUBS_LITE")]
+    versions = {}
+    for s in lite_beats:
+        versions.setdefault(s["subString"], set()).add(s["subVersion"])
+    assert set(versions) == {"TagA", "TagC"} and all(len(v) == 1 for v in versions.values())
+    assert versions["TagC"].pop() > versions["TagA"].pop()           # re-subscribing moves it
+    assert [s["codeSet"] for s in lite_beats if s["subString"] == "TagC"][0] == [2598921]
+
+
+async def test_running_info_has_wall_clock_process_queue_times_and_javas_properties(broker):
+    """DefaultMQPushConsumerImpl.consumerRunningInfo (+ MQClientInstance.consumerRunningInfo,
+    ProcessQueue.fillProcessQueueInfo): PROP_CONSUMER_START_TIMESTAMP, the thread pool,
+    orderly, consume type, name server ``addr;`` and client version; ProcessQueue times are
+    System.currentTimeMillis(), so ConsumerRunningInfo.analyzeSubscription can read them."""
+    before = time.time_ns() // 1_000_000
+    ours = push(broker.namesrv, "GID_53_INFO", TOPIC, Seen().listener)
+    await ours.start()
+    started = time.time_ns() // 1_000_000
+    try:
+        await async_wait_until(lambda: len(held(ours, TOPIC)) == 4, timeout=20, message="all 4 queues")
+        answer = await ask(f"127.0.0.1:{broker.remoting_port}", wire.GET_CONSUMER_RUNNING_INFO,
+                           {"consumerGroup": "GID_53_INFO", "clientId": ours.client_id})
+        asked = time.time_ns() // 1_000_000
+    finally:
+        await ours.shutdown()
+    assert answer.code == wire.SUCCESS, answer.remark
+    info = wire.loads(answer.body)
+    props = info["properties"]
+    assert before <= int(props["PROP_CONSUMER_START_TIMESTAMP"]) <= started
+    assert {k: props[k] for k in ("PROP_CONSUME_TYPE", "PROP_CONSUMEORDERLY", "PROP_THREADPOOL_CORE_SIZE",
+                                  "PROP_NAMESERVER_ADDR", "PROP_CLIENT_VERSION", "consumerGroup",
+                                  "messageModel", "consumeFromWhere")} == {
+        "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY", "PROP_CONSUMEORDERLY": "false", "PROP_THREADPOOL_CORE_SIZE": "20",
+        "PROP_NAMESERVER_ADDR": f"{broker.namesrv};", "PROP_CLIENT_VERSION": "V5_3_3",
+        "consumerGroup": "GID_53_INFO", "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET"}
+    assert all(isinstance(v, str) for v in props.values())   # java.util.Properties
+    rows = list(info["mqTable"].values())
+    assert len(rows) == 4   # the topic's queues (%RETRY% has no route before a send-back)
+    for row in rows:
+        for name in ("lastPullTimestamp", "lastConsumeTimestamp", "lastLockTimestamp"):
+            assert before <= row[name] <= asked, (name, row[name])
+    assert {s["topic"] for s in info["subscriptionSet"]} == {TOPIC, "%RETRY%GID_53_INFO"}
