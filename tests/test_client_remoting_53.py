@@ -156,16 +156,18 @@ def broker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def aged(tmp_path_factory):
-    """Retention by age (0.72 s) over 64 KiB segments: after a few hundred 1 KiB messages
-    every segment but the one being written is gone, so each queue's min offset is > 0."""
+    """Retention by age (0.72 s) over 128 KiB segments: after 800 messages of 1 KiB every
+    segment but the one being written is gone, so each queue's min offset is > 0."""
     b = BrokerProcess(tmp_path_factory.mktemp("remote-53-aged"), remoting=True, topics=[f"{AGED}:4"],
-                      extra_args=["--retention-hours", "0.0002", "--segment-size", str(64 << 10),
-                                  "--retention-interval-ms", "200"]).start()
+                      extra_args=["--retention-hours", "0.0002", "--segment-size", str(128 << 10),
+                                  "--max-body-size", str(16 << 10), "--retention-interval-ms", "200"]).start()
     try:
         asyncio.run(produce(b.address, AGED, 800, batch=50))
+        # Settled: only the segment being written is left, so min offsets stay where they are.
+        wait_until(lambda: len(list((b.data_dir / "commitlog").iterdir())) == 1, timeout=30,
+                   message="every segment but the current one aged out")
         remoting = f"127.0.0.1:{b.remoting_port}"
-        wait_until(lambda: all(min_offset(remoting, AGED, q) > 0 for q in range(4)), timeout=30,
-                   message="retention moved every queue's min offset")
+        assert all(0 < min_offset(remoting, AGED, q) for q in range(4))
         yield b
     finally:
         b.stop()
@@ -365,3 +367,103 @@ async def test_running_info_has_wall_clock_process_queue_times_and_javas_propert
         for name in ("lastPullTimestamp", "lastConsumeTimestamp", "lastLockTimestamp"):
             assert before <= row[name] <= asked, (name, row[name])
     assert {s["topic"] for s in info["subscriptionSet"]} == {TOPIC, "%RETRY%GID_53_INFO"}
+
+
+async def test_a_busy_broker_s_offset_answer_skips_the_queue_for_a_round_not_to_its_end(broker):
+    """RebalancePushImpl.computePullFromWhereWithException: a QUERY_CONSUMER_OFFSET that
+    fails with anything but QUERY_NOT_FOUND is no "no offset" (RemoteBrokerOffsetStore.
+    readOffset -> -2): the queue is not added this round (updateProcessQueueTableInRebalance,
+    unbalanced) and the next round starts it at the committed offset."""
+    remoting = f"127.0.0.1:{broker.remoting_port}"
+    await produce(broker.address, OFFSETS, 80, batch=10)   # 10 in each queue
+    ends = {q: max_offset(remoting, OFFSETS, q) for q in range(8)}
+    assert all(end > 2 for end in ends.values())
+    for q in range(8):   # the group consumed the first 2 of every queue
+        assert call(remoting, wire.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "GID_53_BUSY", "topic": OFFSETS,
+                                                            "queueId": q, "commitOffset": 2}).code == wire.SUCCESS
+    seen, emitter = Seen(), EventEmitter()
+    async with Taps(broker) as taps:
+        # Queue 3's offset: SYSTEM_BUSY twice (the topic-wide read and the one retried alone).
+        taps.broker.fail(wire.QUERY_CONSUMER_OFFSET, 2, when=lambda c: c.ext["topic"] == OFFSETS and queue_id(c) == 3)
+        ours = push(taps.namesrv.address, "GID_53_BUSY", OFFSETS, seen.listener, emitter=emitter)
+        await ours.start()
+        try:
+            await async_wait_until(lambda: all(seen.of(q) == list(range(2, ends[q])) for q in range(8)),
+                                   timeout=30, message="every queue from its committed offset 2")
+        finally:
+            await ours.shutdown()
+    answers = [(cmd, code) for _, cmd, code in taps.broker.answers
+               if cmd.code == wire.QUERY_CONSUMER_OFFSET and queue_id(cmd) == 3 and cmd.ext["topic"] == OFFSETS]
+    assert [code for _, code in answers][:3] == [wire.SYSTEM_BUSY, wire.SYSTEM_BUSY, wire.SUCCESS]
+    ends_ = [e for e in emitter.recent("rebalance", client_id=ours.client_id) if e.phase == "end"]
+    first_add = next(e for e in ends_ if e.added)
+    assert MessageQueue(OFFSETS, "broker-a", 3) not in first_add.added and first_add.balanced is False
+    assert any(MessageQueue(OFFSETS, "broker-a", 3) in (e.added or ()) for e in ends_)
+    assert not seen.of(3) or min(seen.of(3)) == 2 and all(n == 1 for n in seen.offsets.values())
+
+
+async def test_a_failed_max_offset_answer_is_not_read_as_zero_while_not_found_means_no_offset(aged):
+    """RebalancePushImpl.computePullFromWhereWithException, CONSUME_FROM_LAST_OFFSET: a new
+    group's QUERY_CONSUMER_OFFSET answers QUERY_NOT_FOUND (no offset: start at the max), but
+    a failed GET_MAX_OFFSET (MQAdminImpl.maxOffset throws) skips the queue this round; it is
+    never read as offset 0 (which would replay, then skip, what retention kept)."""
+    remoting = f"127.0.0.1:{aged.remoting_port}"
+    ends = {q: max_offset(remoting, AGED, q) for q in range(4)}
+    seen, emitter = Seen(), EventEmitter()
+    async with Taps(aged) as taps:
+        taps.broker.fail(wire.GET_MAX_OFFSET, 2, answer=wire.SYSTEM_ERROR, when=lambda c: queue_id(c) == 1)
+        ours = push(taps.namesrv.address, "GID_53_MAXFAIL", AGED, seen.listener, emitter=emitter)
+        await ours.start()
+        try:
+            await async_wait_until(lambda: held(ours, AGED) == {0, 1, 2, 3}, timeout=30, message="all 4 queues")
+            await async_wait_until(lambda: all(committed(remoting, "GID_53_MAXFAIL", AGED, q) == ends[q]
+                                               for q in range(4)), timeout=30, message="every queue started at its end")
+        finally:
+            await ours.shutdown()
+    assert not seen.offsets   # nothing old replayed
+    assert not emitter.recent("offset_moved", client_id=ours.client_id)
+    codes = [code for _, cmd, code in taps.broker.answers if cmd.code == wire.GET_MAX_OFFSET and queue_id(cmd) == 1]
+    assert codes[:3] == [wire.SYSTEM_ERROR, wire.SYSTEM_ERROR, wire.SUCCESS]
+    not_found = {queue_id(cmd) for _, cmd, code in taps.broker.answers
+                 if cmd.code == wire.QUERY_CONSUMER_OFFSET and code == wire.QUERY_NOT_FOUND}
+    assert not_found == {0, 1, 2, 3}
+
+
+async def test_first_offset_starts_at_zero_and_offset_illegal_recreates_the_queue_from_the_persisted_correction(aged):
+    """RebalancePushImpl.computePullFromWhereWithException, CONSUME_FROM_FIRST_OFFSET: 0,
+    "fixed by the OFFSET_ILLEGAL process"; DefaultMQPushConsumerImpl.pullMessage's callback,
+    OFFSET_ILLEGAL: drop the ProcessQueue, updateAndFreezeOffset + persist the broker's
+    nextBeginOffset, RebalanceImpl.removeProcessQueue, rebalanceImmediately - the new
+    ProcessQueue reads the corrected offset back and pulls from it. The skip is reported."""
+    remoting = f"127.0.0.1:{aged.remoting_port}"
+    lows = {q: min_offset(remoting, AGED, q) for q in range(4)}
+    ends = {q: max_offset(remoting, AGED, q) for q in range(4)}
+    seen, emitter = Seen(), EventEmitter()
+    async with Taps(aged) as taps:
+        ours = push(taps.namesrv.address, "GID_53_FIRST", AGED, seen.listener, emitter=emitter,
+                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        await ours.start()
+        try:
+            await async_wait_until(lambda: all(seen.of(q) == list(range(lows[q], ends[q])) for q in range(4)),
+                                   timeout=30, message="every kept message, from each queue's min offset")
+        finally:
+            await ours.shutdown()
+    moved = {e.queue.queue_id: (e.from_offset, e.to_offset, e.skipped)
+             for e in emitter.recent("offset_moved", client_id=ours.client_id)}
+    assert moved == {q: (0, lows[q], lows[q]) for q in range(4)}
+    # Per queue, on the wire: pull at 0, the correction persisted, read back, pulled from.
+    for q in range(4):
+        trace = [(cmd.code, cmd.ext) for _, cmd in taps.broker.requests
+                 if cmd.ext.get("topic") == AGED and queue_id(cmd) == q
+                 and cmd.code in (wire.PULL_MESSAGE, wire.UPDATE_CONSUMER_OFFSET, wire.QUERY_CONSUMER_OFFSET)]
+        pulls = [i for i, (code, _) in enumerate(trace) if code == wire.PULL_MESSAGE]
+        assert int(trace[pulls[0]][1]["queueOffset"]) == 0
+        fixed = next(i for i, (code, ext) in enumerate(trace)
+                     if code == wire.UPDATE_CONSUMER_OFFSET and int(ext["commitOffset"]) == lows[q])
+        reread = next(i for i, (code, _) in enumerate(trace) if code == wire.QUERY_CONSUMER_OFFSET and i > fixed)
+        again = next(i for i in pulls if i > reread)
+        assert pulls[0] < fixed and int(trace[again][1]["queueOffset"]) == lows[q], trace
+    # The next rebalance reports each queue's ProcessQueue replaced (removed and added).
+    ends_ = [e for e in emitter.recent("rebalance", client_id=ours.client_id) if e.phase == "end"]
+    replaced = {mq.queue_id for e in ends_ for mq in (e.removed or ()) if mq in (e.added or ())}
+    assert replaced == {0, 1, 2, 3}
