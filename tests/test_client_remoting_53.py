@@ -467,3 +467,71 @@ async def test_first_offset_starts_at_zero_and_offset_illegal_recreates_the_queu
     ends_ = [e for e in emitter.recent("rebalance", client_id=ours.client_id) if e.phase == "end"]
     replaced = {mq.queue_id for e in ends_ for mq in (e.removed or ()) if mq in (e.added or ())}
     assert replaced == {0, 1, 2, 3}
+
+
+async def test_no_member_list_keeps_the_queues_and_waits_for_the_periodic_rebalance(broker):
+    """RebalanceImpl.rebalanceByTopic: a 5.3 broker answers GET_CONSUMER_LIST_BY_GROUP for a
+    memberless group with SYSTEM_ERROR, MQClientInstance.findConsumerIdList returns null,
+    and the topic is left as it is, balanced: RebalanceService waits its full period, it
+    does not ask again every second."""
+    seen, emitter = Seen(), EventEmitter()
+    async with Taps(broker) as taps:
+        ours = push(taps.namesrv.address, "GID_53_NOLIST", TOPIC, seen.listener, emitter=emitter)
+
+        def rebalances():
+            return [e for e in emitter.recent("rebalance", client_id=ours.client_id) if e.phase == "end"]
+        await ours.start()
+        try:
+            await async_wait_until(lambda: held(ours, TOPIC) == {0, 1, 2, 3}, timeout=20, message="all 4 queues")
+            taps.broker.fail(wire.GET_CONSUMER_LIST_BY_GROUP, 1_000, answer=wire.SYSTEM_ERROR)
+            before = len(rebalances())
+            runs = ours.rebalance_service.runs
+            ours.rebalance_now("test")
+            await async_wait_until(lambda: ours.rebalance_service.runs > runs, timeout=20, message="a rebalance")
+        finally:
+            await ours.shutdown()
+    during = rebalances()[before:]
+    assert during and all((e.balanced, e.added, e.removed) == (True, [], []) for e in during)
+    assert any(code == wire.SYSTEM_ERROR for _, cmd, code in taps.broker.answers
+               if cmd.code == wire.GET_CONSUMER_LIST_BY_GROUP)
+
+
+async def test_a_removed_orderly_queue_that_comes_back_waits_for_its_dropped_process_queue_to_expire(broker):
+    """RebalanceImpl.updateProcessQueueTableInRebalance (5.3): an orderly queue whose removal
+    had to wait (RebalancePushImpl.tryRemoveOrderMessageQueue: a consume in progress) stays
+    in the table, dropped; when it is allocated to us again it is not created anew until
+    the dropped ProcessQueue's pull has expired (ProcessQueue.isPullExpired)."""
+    import threading
+    await produce(broker.address, ORDERLY, 40, batch=10)
+    gate = threading.Event()
+    emitter = EventEmitter()
+
+    def stuck(msgs):   # holds each queue's consume lock until the gate opens
+        gate.wait(60)
+        return ConsumeResult.SUCCESS
+    settings = dict(consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, unlock_delay_time_ms=600_000)
+    a = push(broker.namesrv, "GID_53_ORDERLY", ORDERLY, stuck, emitter=emitter, orderly=True,
+             pull_max_idle_time_ms=4_000, **settings)
+    b = push(broker.namesrv, "GID_53_ORDERLY", ORDERLY, Seen().listener, orderly=True, **settings)
+    await a.start()
+    try:
+        await async_wait_until(lambda: held(a, ORDERLY) == {0, 1}, timeout=20, message="a holds both queues")
+        await b.start()
+        # a must give one queue to b but cannot: it is consuming it. It stays, dropped.
+        await async_wait_until(lambda: any(pq.dropped for mq, pq in a.rebalance_impl.process_queue_table.items()
+                                           if mq.topic == ORDERLY), timeout=20, message="a dropped queue kept")
+        gone = next(mq for mq, pq in a.rebalance_impl.process_queue_table.items() if mq.topic == ORDERLY and pq.dropped)
+        kept_pq = a.rebalance_impl.process_queue_table[gone]
+        await b.shutdown()
+        # Ours again: rebalances run (unbalanced, every second) and leave the dropped one be.
+        runs = a.rebalance_service.runs
+        await async_wait_until(lambda: a.rebalance_service.runs >= runs + 2, timeout=20, message="two rebalances")
+        assert a.rebalance_impl.process_queue_table.get(gone) is kept_pq and kept_pq.dropped
+        gate.set()   # the consume ends; once the pull has expired the queue is created anew
+        await async_wait_until(lambda: gone.queue_id in held(a, ORDERLY), timeout=30, message="the queue re-created")
+        assert a.rebalance_impl.process_queue_table[gone] is not kept_pq
+        assert kept_pq.is_pull_expired(4_000)
+    finally:
+        gate.set()
+        await b.shutdown()
+        await a.shutdown()
