@@ -2,8 +2,10 @@
 
 RebalanceService wakes every ``waitInterval`` (20 s) or at once when woken (a
 membership notice, a strategy switch, start-up), but never sooner than ``minInterval``
-(1 s) after the previous run; an unbalanced run (an orderly queue whose broker lock
-we could not get) is retried after ``minInterval`` (RocketMQ 5.2, ISSUE #7644).
+(1 s) after the previous run; an unbalanced run (the queues held are not exactly the
+allocated ones: an orderly queue whose broker lock we could not get, a start offset the
+broker failed to answer) is retried after ``minInterval`` (RocketMQ 5.2, ISSUE #7644).
+No member list is no reason to hurry: it waits for the next period, as 5.3 does.
 
 RebalanceImpl.rebalanceByTopic (CLUSTERING): take the topic's queues (cached route)
 and the group's consumer ids (asked from the broker), sort both exactly as Java does,
