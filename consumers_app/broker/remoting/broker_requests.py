@@ -34,7 +34,9 @@ class BrokerRequests:
         self.handlers = {
             wire.SEND_MESSAGE: self.send_message, wire.SEND_MESSAGE_V2: self.send_message,
             wire.SEND_BATCH_MESSAGE: self.send_batch,
-            wire.PULL_MESSAGE: self.pull_message,
+            # Java 5.x's DefaultLitePullConsumer pulls with its own code; 5.3's BrokerController
+            # registers the same PullMessageProcessor for both (litePullMessageEnable: true).
+            wire.PULL_MESSAGE: self.pull_message, wire.LITE_PULL_MESSAGE: self.pull_message,
             wire.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             wire.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             wire.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
