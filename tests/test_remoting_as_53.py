@@ -11,6 +11,8 @@ from consumers_app.remoting import wire
 
 from .brokers import BrokerProcess
 from .remoting_peers import Raw, call
+from .support import wait_until
+from .test_broker_admin import Watcher
 
 TOPIC = "TopicAs53"
 
@@ -57,3 +59,102 @@ def test_lite_pull_message_is_served_as_pull_message(addr):
     # The same request as PULL_MESSAGE gets the same answer.
     plain = call(addr, wire.PULL_MESSAGE, header)
     assert (plain.code, plain.ext["nextBeginOffset"], plain.body) == (lite.code, lite.ext["nextBeginOffset"], lite.body)
+
+
+# ------------------------------------------------------------------ ConsumerManager
+
+def heartbeat(conn: Raw, client_id: str, group: str) -> None:
+    body = json.dumps({"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": TOPIC, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1}]}]})
+    assert conn.call(wire.HEART_BEAT, body=body.encode()).code == wire.SUCCESS
+
+
+def members(addr: str, group: str) -> list[str]:
+    answer = call(addr, wire.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    return wire.loads(answer.body)["consumerIdList"] if answer.code == wire.SUCCESS else []
+
+
+def notices(conn: Raw, group: str) -> int:
+    return sum(1 for c in conn.received if c.code == wire.NOTIFY_CONSUMER_IDS_CHANGED
+               and c.ext.get("consumerGroup") == group)
+
+
+def closed_by_broker(conn: Raw) -> bool:
+    """Reads what the broker sent until it closes the connection (True) or is silent for
+    the socket's timeout (False)."""
+    try:
+        while True:
+            conn.read_command()
+    except ConnectionError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_an_expired_client_is_dropped_without_a_notice_and_its_channel_closed(addr, broker):
+    """ConsumerManager.scanNotActiveChannel (5.3): an expired channel fires CLIENT_UNREGISTER,
+    which DefaultConsumerIdsChangeListener.handle ignores (no CHANGE: no
+    NOTIFY_CONSUMER_IDS_CHANGED), and RemotingHelper.closeChannel closes it. A closed
+    connection is still noticed at once: ClientHousekeepingService.onChannelClose ->
+    ConsumerManager.doChannelCloseEvent fires CHANGE."""
+    group = "GID_EXPIRY_AS53"
+    survivor, silent, killed = Raw(addr), Raw(addr), Raw(addr)
+    watcher = Watcher(broker.address, group)
+    watcher.start()
+    try:
+        assert watcher.next().reason == "initial"
+        heartbeat(survivor, "as53-1", group)
+        heartbeat(silent, "as53-2", group)
+        heartbeat(killed, "as53-3", group)
+        assert [watcher.next().reason for _ in range(3)] == ["joined"] * 3
+
+        killed.close()   # a process death: the connection closes
+        assert (watcher.next().reason, members(addr, group)) == ("closed", ["as53-1", "as53-2"])
+        heartbeat(survivor, "as53-1", group)   # its answer follows every notice sent before it
+        assert notices(survivor, group) == 4, "three joins (its own too) and the close"
+
+        def silent_expired():
+            heartbeat(survivor, "as53-1", group)
+            return members(addr, group) == ["as53-1"]
+
+        wait_until(silent_expired, timeout=30, interval=0.3, message="the silent client expired")
+        change = watcher.next()
+        assert (change.reason, list(change.left)) == ("expired", ["as53-2"])
+        heartbeat(survivor, "as53-1", group)
+        assert notices(survivor, group) == 4, "no NOTIFY_CONSUMER_IDS_CHANGED for an expiry"
+        assert closed_by_broker(silent), "the broker closed the expired client's channel"
+    finally:
+        watcher.close()
+        for conn in (survivor, silent, killed):
+            conn.close()
+
+
+def test_unregister_client_ends_the_session_so_a_returning_client_killed_is_noticed_at_once(addr, broker):
+    """ConsumerManager.unregisterConsumer removes the client's channel from the group: if
+    the same client id heartbeats again, that is a new registration, and closing its
+    connection is doChannelCloseEvent at once, not an expiry later."""
+    group = "GID_UNREGISTER_AS53"
+    survivor, returning = Raw(addr), Raw(addr)
+    watcher = Watcher(broker.address, group)
+    watcher.start()
+    try:
+        assert watcher.next().reason == "initial"
+        heartbeat(survivor, "as53-stay", group)
+        heartbeat(returning, "as53-back", group)
+        assert [watcher.next().reason for _ in range(2)] == ["joined"] * 2
+        assert returning.call(wire.UNREGISTER_CLIENT, {"clientID": "as53-back", "consumerGroup": group,
+                                                       "producerGroup": ""}).code == wire.SUCCESS
+        assert (watcher.next().reason, members(addr, group)) == ("left", ["as53-stay"])
+        heartbeat(returning, "as53-back", group)   # it comes back on the same connection
+        assert watcher.next().reason == "joined"
+        returning.close()
+        change = watcher.next()
+        assert (change.reason, list(change.left)) == ("closed", ["as53-back"])
+        heartbeat(survivor, "as53-stay", group)
+        assert notices(survivor, group) == 5, "two joins, the leave, the join again, the close"
+    finally:
+        watcher.close()
+        survivor.close()
+        returning.close()

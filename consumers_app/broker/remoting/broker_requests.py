@@ -243,7 +243,7 @@ class BrokerRequests:
         client_id = cmd.text("clientID") or conn.client_id
         group = cmd.text("consumerGroup")
         if group:
-            conn.groups.discard(group)
+            # ConsumerManager.unregisterConsumer; the membership listener ends its sessions.
             self.core.membership.unregister(group, client_id, "left")
         if cmd.text("producerGroup"):
             self.core.membership.unregister(None, client_id)
