@@ -158,3 +158,79 @@ def test_unregister_client_ends_the_session_so_a_returning_client_killed_is_noti
         watcher.close()
         survivor.close()
         returning.close()
+
+
+# ------------------------------------------------------------------ SendMessageProcessor
+
+def pull(addr: str, queue: int, offset: int, n: int = 32) -> list[dict]:
+    answer = call(addr, wire.PULL_MESSAGE, {"consumerGroup": "GID_READ_AS53", "topic": TOPIC, "queueId": queue,
+                                            "queueOffset": offset, "maxMsgNums": n, "sysFlag": 0,
+                                            "commitOffset": 0, "suspendTimeoutMillis": 0})
+    assert answer.code == wire.SUCCESS, answer.remark
+    return wire.decode_messages(answer.body)
+
+
+def offset_id(pulled: dict) -> str:
+    host, port = pulled["store_host"].rsplit(":", 1)
+    return wire.offset_message_id((host, int(port)), pulled["commit_log_offset"])
+
+
+@pytest.mark.parametrize("code", [wire.SEND_MESSAGE, wire.SEND_MESSAGE_V2])
+def test_send_answers_the_offset_message_id_and_keeps_the_uniq_key(addr, code):
+    """SendMessageProcessor.handlePutMessageResult: msgId is AppendMessageResult.getMsgId(),
+    MessageDecoder.createMessageId(store host, commit-log offset); transactionId is the
+    client's UNIQ_KEY, which the stored message keeps."""
+    uniq = f"UNIQ-AS53-{code}"
+    props = wire.properties_to_string({wire.P_UNIQ_KEY: uniq, wire.P_TAGS: "TagS"})
+    if code == wire.SEND_MESSAGE:
+        ext = {"producerGroup": "PG_AS53", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+               "queueId": 1, "sysFlag": 0, "bornTimestamp": 1, "flag": 0, "properties": props, "reconsumeTimes": 0}
+    else:
+        ext = {"a": "PG_AS53", "b": TOPIC, "c": "TBW102", "d": 4, "e": 1, "f": 0, "g": 1, "h": 0, "i": props, "j": 0}
+    answer = call(addr, code, ext, b"offset id")
+    assert answer.code == wire.SUCCESS, answer.remark
+    stored = pull(addr, 1, int(answer.ext["queueOffset"]), 1)[0]
+    assert answer.ext["msgId"] == offset_id(stored) != uniq
+    assert len(answer.ext["msgId"]) == 32                    # IPv4 store host: 4 + 4 + 8 bytes in hex
+    assert answer.ext["transactionId"] == stored["properties"][wire.P_UNIQ_KEY] == uniq
+
+
+def test_a_batch_answers_one_offset_message_id_per_message(addr):
+    """CommitLog.DefaultAppendMessageCallback.doAppend (batch): the ids of every message,
+    comma-joined, in the batch's order."""
+    batch = wire.encode_batch([(f"batch {i}".encode(), {wire.P_UNIQ_KEY: f"UNIQ-BATCH-{i}"}, 0)
+                               for i in range(3)])
+    answer = call(addr, wire.SEND_BATCH_MESSAGE, {"a": "PG_AS53", "b": TOPIC, "c": "TBW102", "d": 4, "e": 3,
+                                                  "f": 0, "g": 1, "h": 0, "i": "", "j": 0, "m": True}, batch)
+    assert answer.code == wire.SUCCESS, answer.remark
+    stored = pull(addr, 3, int(answer.ext["queueOffset"]), 3)
+    assert answer.ext["msgId"].split(",") == [offset_id(m) for m in stored]
+    assert [m["properties"][wire.P_UNIQ_KEY] for m in stored] == [f"UNIQ-BATCH-{i}" for i in range(3)]
+
+
+# ------------------------------------------------------------------ AdminBrokerProcessor
+
+def test_consume_stats_of_a_group_with_only_grpc_members_come_from_the_offset_table(addr, broker, stubs_for):
+    """AdminBrokerProcessor.getConsumeStats: with no topic asked, the topics are the group's
+    in the offset table (ConsumerOffsetManager.whichTopicByConsumer), whoever its members
+    are; a group with none gets an empty table, SUCCESS."""
+    from consumers_app.protocol import v2
+    from consumers_app.protocol import v2_service as svc
+
+    group = "GID_GRPC_ONLY_AS53"
+    member = stubs_for(broker.address, "grpc-only-1")
+    assert member.v2.Heartbeat(svc.HeartbeatRequest(group=v2.Resource(name=group), client_type=v2.PUSH_CONSUMER),
+                               metadata=member.md).status.code == v2.Code.OK
+    queue = v2.MessageQueue(topic=v2.Resource(name=TOPIC), id=2, broker=v2.Broker(name="broker-a"))
+    assert member.v2.UpdateOffset(svc.UpdateOffsetRequest(group=v2.Resource(name=group), message_queue=queue,
+                                                          offset=1), metadata=member.md).status.code == v2.Code.OK
+    assert members(addr, group) == ["grpc-only-1"]
+
+    stats = call(addr, wire.GET_CONSUME_STATS, {"consumerGroup": group})
+    assert stats.code == wire.SUCCESS, stats.remark
+    table = {dict(key)["queueId"]: value for key, value in wire.loads(stats.body)["offsetTable"].items()}
+    assert sorted(table) == [0, 1, 2, 3] and table[2]["consumerOffset"] == 1
+    assert table[2]["brokerOffset"] >= 1 and table[0]["consumerOffset"] == 0
+
+    nobody = call(addr, wire.GET_CONSUME_STATS, {"consumerGroup": "GID_NOBODY_AS53"})
+    assert (nobody.code, wire.loads(nobody.body)["offsetTable"]) == (wire.SUCCESS, {})

@@ -126,6 +126,17 @@ class RemotingService:
         """(topic, expression) the group's remoting members subscribe to."""
         return sorted((t, e) for (g, t), e in self._subscriptions.items() if g == group)
 
+    def subscribed_by_members(self, group: str) -> set[str]:
+        """Topics the group's online members subscribe to: a remoting member's heartbeat
+        and a gRPC member's settings (what 5.3's ConsumerGroupInfo holds)."""
+        members = self.core.membership.groups.get(group) or {}
+        topics = {t for t, _ in self.subscribed_topics(group)
+                  if any(self.connection_of(group, cid) for cid in members)}
+        for info in members.values():
+            if info.settings is not None and info.settings.HasField("subscription"):
+                topics.update(e.topic.name for e in info.settings.subscription.subscriptions)
+        return topics
+
     def connection_of(self, group: str, client_id: str) -> Connection | None:
         """One open remoting connection of a group member (None: not a remoting client)."""
         for listener in self.brokers.values():
