@@ -43,7 +43,7 @@ from consumers_app.protocol import lab, lab_grpc
 from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
 from .disk import DiskPlaces, measure
-from .peers import OURS, PEER_CLIENTS, PeerConsumer, available_clients
+from .peers import OURS, PEER_CLIENTS, REPORT_INTERVAL_S, PeerConsumer, available_clients
 from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
@@ -837,7 +837,8 @@ class LabController:
     async def _start_peer(self, group_name: str, kind) -> str:
         group = self.state.groups[group_name]
         before = set(group.members)
-        peer = PeerConsumer(kind, self.namesrv, group_name, group.topic, self._peer_exited)
+        peer = PeerConsumer(kind, self.namesrv, group_name, group.topic, self._peer_exited, self._peer_consumed,
+                            lambda: self.state.topics.get(group.topic, []))
         try:
             client_id = await peer.start()
         except RuntimeError as exc:
@@ -853,6 +854,7 @@ class LabController:
         self._peers[client_id] = peer
         client = self.state.add_client(client_id, group_name, group.mode, kind.name)
         client.status, client.client, client.strategy = "running", kind.name, "its own (AVG)"
+        client.reports_consumed = peer.measured   # its script reports what its listener is given
         client.assignment_source = "broker"   # until it says (running info), if it ever does
         return client_id
 
@@ -868,6 +870,15 @@ class LabController:
         self.state.client_gone(peer.client_id, "stopped" if action == "stop" else "killed")
         self.emit("fault", peer.group, peer.client_id, fault=action)
         return self.state.snapshot()
+
+    def _peer_consumed(self, peer: PeerConsumer, count: int, ranges: dict) -> None:
+        """A peer's ``consume`` report, as our consumers send theirs."""
+        client = self.state.clients.get(peer.client_id)
+        if client is not None and client.reports_consumed and not peer.measured:
+            client.reports_consumed = False   # from now on its hand-offs are not measured
+            self.state.groups[peer.group].handoffs.silent.add(peer.client_id)
+        self.emit("consume", peer.group, peer.client_id, topic=peer.topic,
+                  interval_ms=int(REPORT_INTERVAL_S * 1000), ok=count, ranges=ranges or None)
 
     def _peer_exited(self, peer: PeerConsumer, code: int) -> None:
         self._peers.pop(peer.client_id, None)
