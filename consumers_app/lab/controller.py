@@ -187,6 +187,8 @@ class LabController:
             started = await asyncio.gather(*(self._start_consumer(group.name) for _ in range(spec.consumers)))
             for client_id, faults in zip(started, spec.faults):
                 await self._apply_faults(client_id, faults)
+            for name in spec.peers:
+                await self._restore_peer(group.name, name)
         for broker in scenario.offline_brokers:
             if self.state.brokers.get(broker) and not self._disabled("broker_online"):
                 await self.action_broker(broker, False)
@@ -211,14 +213,15 @@ class LabController:
                 topics[topic][broker] += 1
         groups = []
         for name, group in self.state.groups.items():
-            # Our consumers only: a peer's process is not restarted with the lab.
-            live = [c for c in map(self.state.clients.get, self._live_clients(name)) if c.client == OURS]
-            if not live:
+            clients = [c for c in map(self.state.clients.get, self._live_clients(name)) if c is not None]
+            live = [c for c in clients if c.client == OURS]
+            peers = tuple(c.client for c in clients if c.client in PEER_CLIENTS)   # observed ones are not ours to start
+            if not live and not peers:
                 continue
             faults = tuple(ConsumerFaults(slow_ms=c.slow_ms, fail_ratio=c.fail_ratio, hung=c.status == "hung")
                            for c in live)
             groups.append(GroupSpec(name, group.topic, group.mode, group.strategy, len(live),
-                                    faults if any(f.any for f in faults) else ()))
+                                    faults if any(f.any for f in faults) else (), peers))
         return Scenario(topics=topics, producers={t: p["rate"] for t, p in self.state.producers.items()},
                         groups=tuple(groups),
                         offline_brokers=tuple(sorted(b for b, online in self.state.brokers.items() if not online)))
@@ -857,6 +860,19 @@ class LabController:
         client.reports_consumed = peer.measured   # its script reports what its listener is given
         client.assignment_source = "broker"   # until it says (running info), if it ever does
         return client_id
+
+    async def _restore_peer(self, group_name: str, name: str) -> None:
+        """A peer of the saved lab started again, as our consumers are; one that cannot be
+        (its client uninstalled, no name server) is left out with a log line."""
+        kind = PEER_CLIENTS.get(name)
+        if kind is None or not kind.installed() or not self.namesrv:
+            log.warning("not restoring a %s consumer of %s: %s", name, group_name,
+                        "no name server" if kind and kind.installed() else "that client is not installed")
+            return
+        try:
+            await self._start_peer(group_name, kind)
+        except bus.LabError as exc:
+            log.warning("not restoring a %s consumer of %s: %s", name, group_name, exc)
 
     async def _peer_action(self, peer: PeerConsumer, action: str) -> dict:
         if action not in peer.kind.actions:
