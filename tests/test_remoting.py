@@ -178,11 +178,16 @@ PEERS = pytest.mark.parametrize("peer, require", [(AliOns, require_ali_ons), (Cp
 def test_two_consumers_of_a_peer_share_the_queues_and_a_killed_one_hands_over(broker, peer, require):
     require()
     group = f"GID_{peer.__name__.upper()}_2"
-    peers = {"a": peer.consume(broker.namesrv, group, TOPIC), "b": peer.consume(broker.namesrv, group, TOPIC)}
+    addr = broker_address(broker.namesrv)
+    # "a" first, alone: it takes all 8, then gives "b" its share when "b" joins. "b" never
+    # held a queue it gives up, so it is the survivor: rocketmq-client-cpp 2.1 cannot pull
+    # again a queue it dropped and gets back soon after (see the README), whatever the broker.
+    peers = {"a": peer.consume(broker.namesrv, group, TOPIC)}
     try:
-        for process in peers.values():
-            process.wait_ready()
-        addr = broker_address(broker.namesrv)
+        peers["a"].wait_ready()
+        wait_until(lambda: len(members(addr, group)) == 1, timeout=20, message="the first registered")
+        peers["b"] = peer.consume(broker.namesrv, group, TOPIC)
+        peers["b"].wait_ready()
         wait_until(lambda: len(members(addr, group)) == 2, timeout=20, message="both registered")
 
         # Messages from a gRPC producer reach them; once settled (ali-ons rebalances on its
@@ -202,20 +207,16 @@ def test_two_consumers_of_a_peer_share_the_queues_and_a_killed_one_hands_over(br
         wait_until(settled_batch, timeout=60, interval=0.5, message="each queue pulled by exactly one consumer")
         assert everything <= {m["id"] for p in peers.values() for m in p.messages}, "nothing lost"
 
-        # SIGKILL: the connection closes, the broker drops it at once, the survivor takes all 8.
-        peers["b"].kill()
+        # SIGKILL: the connection closes, the broker drops it at once and notifies the
+        # survivor, which takes all 8 (ali-ons at its next 10 s rebalance, the C++ client at once).
+        peers["a"].kill()
         wait_until(lambda: len(members(addr, group)) == 1, timeout=10, message="the killed consumer dropped at once")
-
-        if peer is Cpp:
-            # rocketmq-client-cpp 2.1 sometimes never pulls again a queue it had dropped
-            # before and gets back here (it pulls it once, then stops); see the README.
-            return
 
         def survivor_has_all():
             sent = asyncio.run(produce(broker.address, TOPIC, 40, batch=1))
-            wait_until(lambda: sent <= {m["id"] for m in peers["a"].messages}, timeout=30,
+            wait_until(lambda: sent <= {m["id"] for m in peers["b"].messages}, timeout=30,
                        message="the survivor received the batch")
-            return len(queues_by_consumer({"a": peers["a"]}, sent)) == 8
+            return len(queues_by_consumer({"b": peers["b"]}, sent)) == 8
 
         wait_until(survivor_has_all, timeout=60, interval=0.5, message="the survivor pulls all 8 queues")
     finally:
@@ -229,19 +230,22 @@ async def test_a_peer_producer_reaches_a_grpc_push_consumer(broker, peer, requir
     producer = peer.produce(broker.namesrv, TOPIC, 50)
     await asyncio.to_thread(producer.wait_for, lambda: any("done" in x for x in producer.lines), 30,
                             "the peer sent 50")
-    sent = {x["sent"] for x in producer.lines if "sent" in x}
-    assert len(sent) == 50 and {x["status"] for x in producer.lines if "sent" in x} <= {"SEND_OK", "OK"}
-    received = {}
+    results = [x for x in producer.lines if "sent" in x]
+    assert len({x["sent"] for x in results}) == 50 and {x["status"] for x in results} <= {"SEND_OK", "OK"}
+    # A send result's id is the client's choice: ali-ons shows the broker's msgId (the offset
+    # message id, as a 5.3 broker answers), the C++ client its own UNIQ_KEY. The bodies say it all.
+    prefix = "ali-ons" if peer is AliOns else "cpp"
+    sent = {f"{prefix} {i}".encode() for i in range(50)}
+    received = set()
 
     def listener(msgs):
-        received.update((m.message_id, m.body) for m in msgs)
+        received.update(m.body for m in msgs)
         return ConsumeResult.SUCCESS
 
     consumer = push(broker.address, f"GID_FROM_{peer.__name__.upper()}", TOPIC, "g1", listener)
     await consumer.start()
     try:
-        await async_wait_until(lambda: sent <= set(received), timeout=30, message="every ali-ons message")
-        assert all(received[i].split(b" ")[0] in (b"ali-ons", b"cpp") for i in sent)
+        await async_wait_until(lambda: sent <= received, timeout=30, message="every message the peer sent")
     finally:
         await consumer.shutdown()
 

@@ -91,6 +91,9 @@ class Membership:
         if not members or client_id not in members:
             return False
         del members[client_id]
+        # Its sessions end with it: if the id comes back, its new sessions are counted
+        # afresh, so a later close of them is noticed at once (not at expiry).
+        self._sessions.pop((group, client_id), None)
         self._changed(group, joined=[], left=[client_id], reason=reason)
         return True
 

@@ -43,7 +43,7 @@ from consumers_app.protocol import lab, lab_grpc
 from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
 from .disk import DiskPlaces, measure
-from .peers import OURS, PEER_CLIENTS, PeerConsumer, available_clients
+from .peers import OURS, PEER_CLIENTS, REPORT_INTERVAL_S, PeerConsumer, available_clients
 from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
@@ -187,6 +187,8 @@ class LabController:
             started = await asyncio.gather(*(self._start_consumer(group.name) for _ in range(spec.consumers)))
             for client_id, faults in zip(started, spec.faults):
                 await self._apply_faults(client_id, faults)
+            for name in spec.peers:
+                await self._restore_peer(group.name, name)
         for broker in scenario.offline_brokers:
             if self.state.brokers.get(broker) and not self._disabled("broker_online"):
                 await self.action_broker(broker, False)
@@ -211,14 +213,15 @@ class LabController:
                 topics[topic][broker] += 1
         groups = []
         for name, group in self.state.groups.items():
-            # Our consumers only: a peer's process is not restarted with the lab.
-            live = [c for c in map(self.state.clients.get, self._live_clients(name)) if c.client == OURS]
-            if not live:
+            clients = [c for c in map(self.state.clients.get, self._live_clients(name)) if c is not None]
+            live = [c for c in clients if c.client == OURS]
+            peers = tuple(c.client for c in clients if c.client in PEER_CLIENTS)   # observed ones are not ours to start
+            if not live and not peers:
                 continue
             faults = tuple(ConsumerFaults(slow_ms=c.slow_ms, fail_ratio=c.fail_ratio, hung=c.status == "hung")
                            for c in live)
             groups.append(GroupSpec(name, group.topic, group.mode, group.strategy, len(live),
-                                    faults if any(f.any for f in faults) else ()))
+                                    faults if any(f.any for f in faults) else (), peers))
         return Scenario(topics=topics, producers={t: p["rate"] for t, p in self.state.producers.items()},
                         groups=tuple(groups),
                         offline_brokers=tuple(sorted(b for b, online in self.state.brokers.items() if not online)))
@@ -837,7 +840,8 @@ class LabController:
     async def _start_peer(self, group_name: str, kind) -> str:
         group = self.state.groups[group_name]
         before = set(group.members)
-        peer = PeerConsumer(kind, self.namesrv, group_name, group.topic, self._peer_exited)
+        peer = PeerConsumer(kind, self.namesrv, group_name, group.topic, self._peer_exited, self._peer_consumed,
+                            lambda: self.state.topics.get(group.topic, []))
         try:
             client_id = await peer.start()
         except RuntimeError as exc:
@@ -853,8 +857,22 @@ class LabController:
         self._peers[client_id] = peer
         client = self.state.add_client(client_id, group_name, group.mode, kind.name)
         client.status, client.client, client.strategy = "running", kind.name, "its own (AVG)"
+        client.reports_consumed = peer.measured   # its script reports what its listener is given
         client.assignment_source = "broker"   # until it says (running info), if it ever does
         return client_id
+
+    async def _restore_peer(self, group_name: str, name: str) -> None:
+        """A peer of the saved lab started again, as our consumers are; one that cannot be
+        (its client uninstalled, no name server) is left out with a log line."""
+        kind = PEER_CLIENTS.get(name)
+        if kind is None or not kind.installed() or not self.namesrv:
+            log.warning("not restoring a %s consumer of %s: %s", name, group_name,
+                        "no name server" if kind and kind.installed() else "that client is not installed")
+            return
+        try:
+            await self._start_peer(group_name, kind)
+        except bus.LabError as exc:
+            log.warning("not restoring a %s consumer of %s: %s", name, group_name, exc)
 
     async def _peer_action(self, peer: PeerConsumer, action: str) -> dict:
         if action not in peer.kind.actions:
@@ -868,6 +886,15 @@ class LabController:
         self.state.client_gone(peer.client_id, "stopped" if action == "stop" else "killed")
         self.emit("fault", peer.group, peer.client_id, fault=action)
         return self.state.snapshot()
+
+    def _peer_consumed(self, peer: PeerConsumer, count: int, ranges: dict) -> None:
+        """A peer's ``consume`` report, as our consumers send theirs."""
+        client = self.state.clients.get(peer.client_id)
+        if client is not None and client.reports_consumed and not peer.measured:
+            client.reports_consumed = False   # from now on its hand-offs are not measured
+            self.state.groups[peer.group].handoffs.silent.add(peer.client_id)
+        self.emit("consume", peer.group, peer.client_id, topic=peer.topic,
+                  interval_ms=int(REPORT_INTERVAL_S * 1000), ok=count, ranges=ranges or None)
 
     def _peer_exited(self, peer: PeerConsumer, code: int) -> None:
         self._peers.pop(peer.client_id, None)

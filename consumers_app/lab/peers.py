@@ -10,6 +10,13 @@ A peer joins through the broker's name server over remoting and rebalances on it
 the lab shows as its assignment what it says it holds when it answers
 GET_CONSUMER_RUNNING_INFO (the C++ client: its mqTable), else what the broker sees it pull
 (ali-ons answers no broker request).
+
+Its script prints every message its listener is given with the message's queue and
+offset; those become ``consume`` reports as our consumers send them (counts and consumed
+offset ranges per queue, every second: client/base.py's ConsumedRanges), so a hand-off to
+or from a peer is measured like one between ours. The C++ client does not say a message's
+broker: it is the one broker holding that queue id of the topic (``queue_labels``); where
+several do, the peer cannot be measured (``measured`` turns False and nothing is reported).
 """
 from __future__ import annotations
 
@@ -23,6 +30,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from consumers_app.client.base import ConsumedRanges
+from consumers_app.message_queue import MessageQueue, parse_label
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +76,23 @@ def available_clients() -> list[str]:
     return [OURS, *(name for name, kind in PEER_CLIENTS.items() if kind.installed())]
 
 
+REPORT_INTERVAL_S = 1.0   # as our consumers' consume_event_interval_ms
+
+
 class PeerConsumer:
     def __init__(self, kind: PeerKind, namesrv: str, group: str, topic: str,
-                 on_exit: Callable[["PeerConsumer", int], None]):
+                 on_exit: Callable[["PeerConsumer", int], None],
+                 on_consumed: Callable[["PeerConsumer", int, dict], None] = lambda p, n, r: None,
+                 queue_labels: Callable[[], list[str]] = list):
         self.kind, self.namesrv, self.group, self.topic = kind, namesrv, group, topic
         self.on_exit = on_exit
+        self.on_consumed = on_consumed       # (peer, messages, {MessageQueue: [[start, end), ...]})
+        self.queue_labels = queue_labels     # the topic's queues as BROKER:QID labels, now
         self.client_id = ""
         self.consumed = 0
+        self.measured = True
+        self._ranges = ConsumedRanges()
+        self._unreported = 0
         self.proc: asyncio.subprocess.Process | None = None
         self.stopping = False
         self._ready: asyncio.Future | None = None
@@ -85,6 +105,7 @@ class PeerConsumer:
         self._ready = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().create_task(self._read())
         asyncio.get_running_loop().create_task(self._read_errors())
+        asyncio.get_running_loop().create_task(self._report_every_interval())
         try:
             self.client_id = await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except (TimeoutError, RuntimeError) as exc:
@@ -104,10 +125,46 @@ class PeerConsumer:
                 self._ready.set_result(str(line.get("client_id") or ""))
             elif "id" in line:
                 self.consumed += 1
+                self._note(line)
         code = await self.proc.wait()
+        self._report()   # what it printed before it ended
         if not self._ready.done():
             self._ready.set_exception(RuntimeError(f"it exited with {code}"))
         self.on_exit(self, code)
+
+    def _note(self, line: dict) -> None:
+        """One message its listener was given: its queue offset into the ranges."""
+        self._unreported += 1
+        try:
+            topic, queue, offset = str(line["topic"]), int(line["queue"]), int(line["offset"])
+        except (KeyError, TypeError, ValueError):
+            self.measured = False
+            return
+        broker = line.get("broker") or self._only_broker_with(queue)
+        if broker is None:
+            self.measured = False
+            return
+        self._ranges.note(MessageQueue(topic, broker, queue), offset)
+
+    def _only_broker_with(self, queue_id: int) -> str | None:
+        brokers = {broker for broker, qid in map(parse_label, self.queue_labels()) if qid == queue_id}
+        return brokers.pop() if len(brokers) == 1 else None
+
+    def _report(self) -> None:
+        if not self.client_id:   # the lab learns it from the broker: hold the reports until then
+            return
+        count, self._unreported = self._unreported, 0
+        ranges = self._ranges.drain()
+        if not self.measured:
+            ranges = {}
+        if count or ranges:
+            self.on_consumed(self, count, ranges)
+
+    async def _report_every_interval(self) -> None:
+        while self.proc.returncode is None:
+            await asyncio.sleep(REPORT_INTERVAL_S)
+            if self.proc.returncode is None:   # after the end, _read reports the rest
+                self._report()
 
     async def _read_errors(self) -> None:
         async for raw in self.proc.stderr:

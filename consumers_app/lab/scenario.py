@@ -30,6 +30,7 @@ class GroupSpec:
     strategy: str = "AVG"
     consumers: int = 3
     faults: tuple[ConsumerFaults, ...] = ()    # per consumer, in start order; missing: none
+    peers: tuple[str, ...] = ()                # other people's consumers (lab/peers.py): a kind name each
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class Scenario:
     @classmethod
     def from_dict(cls, data: dict) -> "Scenario":
         groups = tuple(
-            GroupSpec(**{**g, "faults": tuple(ConsumerFaults(**f) for f in g.get("faults", ()))})
+            GroupSpec(**{**g, "faults": tuple(ConsumerFaults(**f) for f in g.get("faults", ())),
+                         "peers": tuple(str(p) for p in g.get("peers", ()))})
             for g in data.get("groups", ()))
         return cls(topics={t: dict(b) for t, b in data.get("topics", {}).items()},
                    producers=dict(data.get("producers", {})), groups=groups,

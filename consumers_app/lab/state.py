@@ -66,6 +66,9 @@ class ClientState:
     language: str = ""
     version: str = ""
     note: str = ""     # e.g. why it gave no running info
+    # A peer the lab drives reports what its listener is given (peers.py); one it only
+    # observes does not, and its hand-offs are not measured.
+    reports_consumed: bool = False
 
     @property
     def alive(self) -> bool:
@@ -206,8 +209,8 @@ class LabState:
         if group.mode == "pop":
             return
         client = self.clients.get(client_id)
-        if client is not None and client.client != "ours":
-            group.handoffs.silent.add(client_id)   # a peer: its duplicates cannot be measured
+        if client is not None and client.client != "ours" and not client.reports_consumed:
+            group.handoffs.silent.add(client_id)   # an observed peer: its duplicates cannot be measured
         consuming = client is None or client.status in ("starting", "running")
         group.handoffs.set_holding(client_id, group.assignments.get(client_id, ()) if consuming else (), ts, reason)
 

@@ -34,7 +34,9 @@ class BrokerRequests:
         self.handlers = {
             wire.SEND_MESSAGE: self.send_message, wire.SEND_MESSAGE_V2: self.send_message,
             wire.SEND_BATCH_MESSAGE: self.send_batch,
-            wire.PULL_MESSAGE: self.pull_message,
+            # Java 5.x's DefaultLitePullConsumer pulls with its own code; 5.3's BrokerController
+            # registers the same PullMessageProcessor for both (litePullMessageEnable: true).
+            wire.PULL_MESSAGE: self.pull_message, wire.LITE_PULL_MESSAGE: self.pull_message,
             wire.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             wire.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             wire.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
@@ -80,7 +82,9 @@ class BrokerRequests:
         self.core.require_queue(*key)
         (offset, phys), = self.core.put([(key, msg)])
         await self.core.durable()
-        return response(cmd, ext={"msgId": msg.message_id, "queueId": qid, "queueOffset": offset,
+        # SendMessageProcessor answers AppendMessageResult.getMsgId(): the offset message id
+        # (MessageDecoder.createMessageId); the client's UNIQ_KEY stays in the properties.
+        return response(cmd, ext={"msgId": self._offset_id(phys), "queueId": qid, "queueOffset": offset,
                                   "transactionId": msg.message_id})
 
     async def send_batch(self, conn, cmd: Command) -> Command:
@@ -98,8 +102,12 @@ class BrokerRequests:
             raise BrokerError(v2.Code.BAD_REQUEST, "empty batch")
         results = self.core.put(items)
         await self.core.durable()
-        ids = ",".join(m.message_id for _, m in items)
+        # CommitLog's batch append: one offset message id per message, comma-joined.
+        ids = ",".join(self._offset_id(phys) for _, phys in results)
         return response(cmd, ext={"msgId": ids, "queueId": qid, "queueOffset": results[0][0]})
+
+    def _offset_id(self, phys: int) -> str:
+        return wire.offset_message_id(self.service.store_host(self.broker), phys)
 
     def _stored_message(self, h: dict, body: bytes, conn) -> lab.LabMessage:
         props = wire.string_to_properties(h.get("i"))
@@ -241,7 +249,7 @@ class BrokerRequests:
         client_id = cmd.text("clientID") or conn.client_id
         group = cmd.text("consumerGroup")
         if group:
-            conn.groups.discard(group)
+            # ConsumerManager.unregisterConsumer; the membership listener ends its sessions.
             self.core.membership.unregister(group, client_id, "left")
         if cmd.text("producerGroup"):
             self.core.membership.unregister(None, client_id)
@@ -318,24 +326,35 @@ class BrokerRequests:
         return response(cmd, body=wire.dumps({"offsetTable": table}))
 
     async def consume_stats(self, conn, cmd: Command) -> Command:
+        """AdminBrokerProcessor.getConsumeStats: the offset table, whoever the members are
+        (gRPC ones too); a group with nothing to show gets an empty table, not an error."""
         group = cmd.text("consumerGroup") or ""
-        topic = cmd.text("topic")
-        topics = [topic] if topic else sorted({t for t, _ in self.service.subscribed_topics(group)})
         table = {}
-        for name in topics:
+        for name in self._consume_stats_topics(group, cmd.text("topic") or "", cmd.text("topicList") or ""):
+            if self.core.topics.get(name) is None:
+                continue   # 5.3: "topic config does not exist", skipped
             for key in self.core.topics.queues_of(name, online_only=False):
                 if key[1] != self.broker:
                     continue
                 cq = self.core.store.queue(key)
-                committed = self.core.offsets.get(group, key)
+                committed = max(self.core.offsets.get(group, key), 0)
                 last = 0
-                if cq is not None and 0 <= committed - 1 < cq.max_offset and committed - 1 >= cq.min_offset:
+                if cq is not None and cq.min_offset <= committed - 1 < cq.max_offset:
                     last = cq.store_ts[committed - 1]
                 table[wire.message_queue_key(*key)] = {"brokerOffset": cq.max_offset if cq else 0,
-                                                       "consumerOffset": max(committed, 0), "lastTimestamp": last}
-        if not table:
-            return response(cmd, wire.SUBSCRIPTION_GROUP_NOT_EXIST, f"no consume stats for group {group}")
+                                                       "consumerOffset": committed, "pullOffset": committed,
+                                                       "lastTimestamp": last}
         return response(cmd, body=wire.dumps({"offsetTable": table, "consumeTps": 0.0}))
+
+    def _consume_stats_topics(self, group: str, topic: str, topic_list: str) -> list[str]:
+        """getTopicsForCollectingConsumeStats: a topicList as given; else the topic asked
+        or every topic the group has offsets for here (whichTopicByConsumer), without
+        those its online members do not subscribe to."""
+        if topic_list.strip():
+            return sorted({t for t in topic_list.split(";") if t})
+        topics = {topic} if topic else {k[0] for k in self.core.offsets.offsets.get(group, {}) if k[1] == self.broker}
+        subscribed = self.service.subscribed_by_members(group)
+        return sorted(t for t in topics if not subscribed or t in subscribed)
 
     async def consumer_connections(self, conn, cmd: Command) -> Command:
         group = cmd.text("consumerGroup") or ""

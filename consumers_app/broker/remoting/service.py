@@ -10,8 +10,11 @@ connections, as a stopped broker would, and leaves the routes.
 
 One membership with the gRPC side: a remoting consumer's heartbeat registers it in the
 group; each of its broker connections is a session, the last one closing unregisters it
-at once ("closed"); silence waits for the client expiry. Every membership change of a
-group is sent to its remoting members as NOTIFY_CONSUMER_IDS_CHANGED.
+at once ("closed"); silence waits for the client expiry. As 5.3's ConsumerManager, a
+join, a leave (UNREGISTER_CLIENT) and a close are sent to the group's remoting members as
+NOTIFY_CONSUMER_IDS_CHANGED; an expiry is not (scanNotActiveChannel only closes the
+channel), so the survivors take the expired member's queues at their next periodic
+rebalance.
 """
 from __future__ import annotations
 
@@ -123,6 +126,17 @@ class RemotingService:
         """(topic, expression) the group's remoting members subscribe to."""
         return sorted((t, e) for (g, t), e in self._subscriptions.items() if g == group)
 
+    def subscribed_by_members(self, group: str) -> set[str]:
+        """Topics the group's online members subscribe to: a remoting member's heartbeat
+        and a gRPC member's settings (what 5.3's ConsumerGroupInfo holds)."""
+        members = self.core.membership.groups.get(group) or {}
+        topics = {t for t, _ in self.subscribed_topics(group)
+                  if any(self.connection_of(group, cid) for cid in members)}
+        for info in members.values():
+            if info.settings is not None and info.settings.HasField("subscription"):
+                topics.update(e.topic.name for e in info.settings.subscription.subscriptions)
+        return topics
+
     def connection_of(self, group: str, client_id: str) -> Connection | None:
         """One open remoting connection of a group member (None: not a remoting client)."""
         for listener in self.brokers.values():
@@ -155,8 +169,21 @@ class RemotingService:
         conn.groups.clear()
 
     def _membership_changed(self, group: str, joined, left, reason) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED to every remoting connection of the group."""
-        for listener in self.brokers.values():
-            for conn in list(listener.connections):
-                if group in conn.groups and conn.client_id not in left:
-                    conn.send_oneway(wire.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+        """A member gone ends its sessions here; the rest of the group hears of the change."""
+        connections = [conn for listener in self.brokers.values() for conn in list(listener.connections)]
+        for conn in connections:
+            if group in conn.groups and conn.client_id in left:
+                # Its heartbeats open new sessions if it comes back (UNREGISTER_CLIENT then
+                # a heartbeat again): a later close of those is then noticed at once.
+                conn.groups.discard(group)
+                if reason == "expired":
+                    # ConsumerManager.scanNotActiveChannel: the expired channel is closed; its
+                    # other groups see that close as doChannelCloseEvent does.
+                    conn.close()
+        if reason == "expired":
+            # scanNotActiveChannel fires CLIENT_UNREGISTER only, which DefaultConsumerIdsChangeListener
+            # ignores: no CHANGE, so no NOTIFY_CONSUMER_IDS_CHANGED.
+            return
+        for conn in connections:
+            if group in conn.groups and not conn.closed:
+                conn.send_oneway(wire.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})

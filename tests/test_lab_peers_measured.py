@@ -1,0 +1,134 @@
+"""A mixed group - ours, ali-ons and the C++ client - measured like ours: the peers'
+drivers report the queue offsets their listeners are given (``consume`` events with
+ranges, as client/base.py's ConsumedRanges), so every hand-off to or from a peer has its
+duplicates counted, and they equal what the members' own records say. Real broker with
+remoting, real workers, real peers."""
+import asyncio
+
+import pytest
+import pytest_asyncio
+
+from consumers_app.events import now_ms
+from consumers_app.lab import bus
+from consumers_app.lab.controller import LabController
+from consumers_app.lab.scenario import Scenario
+
+from .brokers import BrokerProcess
+from .consumed import duplicates_of_move
+from .remoting_peers import require_ali_ons, require_cpp
+from .support import async_wait_until, produce
+from .test_lab_controller import Browser
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+GROUP, TOPIC = "GID_MEASURED", "TopicMeasured"
+QUICK = {"heartbeat_interval_ms": 500, "poll_name_server_interval_ms": 1000, "pq_event_interval_ms": 200,
+         "rebalance_wait_interval_ms": 3000, "persist_consumer_offset_interval_ms": 1000}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("measured"), topics=[f"{TOPIC}:8"], remoting=True,
+                       extra_args=["--client-expiry-ms", "3000", "--client-scan-ms", "250"]) as b:
+        yield b
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser():
+    from channels.layers import get_channel_layer
+
+    await get_channel_layer().flush()
+    browser = Browser()
+    listening = asyncio.create_task(browser.listen())
+    yield browser
+    listening.cancel()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lab(broker, browser):
+    require_ali_ons()
+    require_cpp()
+    controller = LabController(broker.address, client_options={"push": QUICK}, pool_size=1,
+                               flush_interval=0.05, poll_interval=0.5)
+    controller.namesrv = broker.namesrv
+    try:
+        await controller.start(Scenario(topics={}, producers={}, groups=()))
+        yield controller
+    finally:
+        await controller.stop()
+
+
+def view(lab):
+    return lab.state.snapshot()["groups"][GROUP]
+
+
+def live(lab) -> list[str]:
+    return [c for c, s in view(lab)["clients"].items() if s["status"] == "running"]
+
+
+def settled(lab) -> bool:
+    """Every queue pulled by exactly one live member, all of them listed by the broker."""
+    v = view(lab)
+    held = [q for c in live(lab) for q in v["assignments"].get(c, ())]
+    return sorted(v["members"]) == sorted(live(lab)) and len(held) == len(set(held)) == 8 \
+        and not v["ownership_issues"]
+
+
+async def keep_producing_until(lab, broker, condition, message, timeout=60):
+    async def check():
+        await produce(broker.address, TOPIC, 16, batch=1)
+        return condition()
+    return await async_wait_until(check, timeout=timeout, interval=0.5, message=message)
+
+
+async def test_peers_report_their_consumed_offsets(lab, broker, browser):
+    ours = [(await bus.request("add_consumer", group=GROUP, mode="push", topic=TOPIC, strategy="AVG"))["client_id"]
+            for _ in range(2)]
+    ali = (await bus.request("add_consumer", group=GROUP, mode="push", client="ali-ons"))["client_id"]
+    cpp = (await bus.request("add_consumer", group=GROUP, mode="push", client="rocketmq-cpp"))["client_id"]
+
+    def reporting():
+        clients = {e["client_id"] for e in browser.events("consume") if e.get("ranges")}
+        return {*ours, ali, cpp} <= clients
+
+    await keep_producing_until(lab, broker, lambda: settled(lab) and reporting(), "every member consuming")
+    for peer in (ali, cpp):
+        ranges = [r for e in browser.events("consume") if e["client_id"] == peer for r in e["ranges"].values()]
+        assert all(start < end for rs in ranges for start, end in rs)
+
+
+@pytest.mark.parametrize("kind", ["ours", "ali-ons", "rocketmq-cpp"])
+async def test_a_kill_of_each_is_measured_and_its_duplicates_are_the_members_own(lab, broker, browser, kind):
+    """In this order: ours (to ours, ali-ons and the C++ client), ali-ons, the C++ client
+    (to ours). The C++ client is never a survivor of a queue it once gave up (see the README)."""
+    victim = next(c for c in live(lab) if view(lab)["clients"][c]["client"] == kind)
+    held = view(lab)["assignments"][victim]
+    killed_at = now_ms()
+    await bus.request("consumer", client_id=victim, action="kill")
+    await keep_producing_until(lab, broker, lambda: settled(lab), "the survivors took every queue")
+
+    def kill_rebalance():
+        handoffs = view(lab)["handoffs"]
+        return next((r for r in reversed(handoffs["rebalances"])
+                     if r["end_ts"] >= killed_at and victim in r["clients"]), None)
+
+    rebalance = await async_wait_until(kill_rebalance, timeout=10, message="the kill's rebalance")
+
+    seen = {}
+
+    async def counts_agree():
+        detail = seen["detail"] = await bus.request("rebalance", group=GROUP, rebalance_id=rebalance["id"])
+        moves = [m for m in detail["moves"] if m["from"] == [victim]]
+        # What the page showed it holding: ali-ons' is what the broker saw it pull, maybe not all.
+        if not set(held) <= {m["queue"] for m in moves} or any(m["duplicates"] is None for m in moves):
+            return None
+        events = browser.events("consume")
+        ours = seen["ours"] = {m["queue"]: duplicates_of_move(events, m) for m in moves}
+        return ours == {m["queue"]: m["duplicates"] for m in moves} and detail
+
+    try:
+        detail = await async_wait_until(counts_agree, timeout=30, interval=0.5,
+                                        message="every move from the victim measured, as the members' records say")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: held {held}, lab's {seen.get('detail')}, records' {seen.get('ours')}") from None
+    assert detail["unmeasured"] == 0
