@@ -25,6 +25,7 @@ from consumers_app.javastr import java_key
 from consumers_app.message_queue import broker_of, parse_label
 
 from .handoff import GroupHandoffs
+from .rebalance_totals import RebalanceTotals
 from .timeline import GroupTimeline
 
 # Figures that describe "now" and are superseded by the next report: only the latest
@@ -99,6 +100,8 @@ class GroupState:
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     # What each rebalance did to messages: hand-offs, gaps, overlaps, duplicates (handoff.py).
     handoffs: GroupHandoffs = field(default_factory=GroupHandoffs)
+    # Its rebalances counted since the controller started (for /metrics' counters).
+    totals: RebalanceTotals = field(default_factory=RebalanceTotals)
     # One sample a second of the last 15 minutes: sparklines and replay (timeline.py).
     timeline: GroupTimeline = field(default_factory=GroupTimeline)
 
@@ -197,6 +200,8 @@ class LabState:
         group.offsets = fresh
         for label, figures in fresh.items():
             group.handoffs.set_lag(label, figures["lag"], now_ms)
+        # Before the record forgets them: a rebalance settles well within its window.
+        group.totals.fold((r.summary(now_ms, group.handoffs.silent) for r in group.handoffs.rebalances), now_ms)
         group.handoffs.forget_before(now_ms)
         group.timeline.add(now_ms, self.queue_view(group)[0])
 
@@ -415,6 +420,7 @@ class LabState:
             "noop_rebalances": dict(group.noop_rebalances),
             "skipped": dict(group.skipped),   # queue -> messages retention deleted before they were consumed
             "handoffs": group.handoffs.snapshot(now_ms()),
+            "rebalance_totals": group.totals.snapshot(),
             "route_change": group.route_change and {**group.route_change,
                                                     "noticed": dict(group.route_change["noticed"])},
             "membership_log": [e.to_dict() for e in group.membership_log],
