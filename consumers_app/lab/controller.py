@@ -44,6 +44,7 @@ from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
 from .disk import DiskPlaces, measure
 from .peers import OURS, PEER_CLIENTS, PeerConsumer, available_clients
+from .cluster_admin import oldest_ts_field
 from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
@@ -695,11 +696,13 @@ class LabController:
         self._take(changes(group_name, before, after))
         queues = [lab.QueueOffsets(queue=lab.QueueRef(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id),
                                    min_offset=f["min_offset"], max_offset=f.get("max_offset", 0),
-                                   committed_offset=f["committed_offset"])
+                                   committed_offset=f["committed_offset"],
+                                   oldest_unconsumed_store_ts=oldest_ts_field(f.get("oldest_unconsumed_store_ts")))
                   for mq, f in sorted(after.offsets.items()) if mq.topic == after.topic]
         self.state.set_offsets(group_name, after.ts, [
             {"label": f"{q.queue.broker_name}:{q.queue.queue_id}", "min_offset": q.min_offset,
-             "max_offset": q.max_offset, "committed_offset": q.committed_offset} for q in queues])
+             "max_offset": q.max_offset, "committed_offset": q.committed_offset,
+             "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts} for q in queues])
         self._snapshot_due = True
         if self._recorder is not None:
             rows = self._snapshot_rows(group_name, after.ts, queues, self._queue_holders(group_name))

@@ -35,6 +35,17 @@ COALESCED = (PqEvent, FlowControlEvent)   # offset events carry only the queues 
 LOG_LENGTH = 50
 
 
+def time_lag_ms(lag: int, oldest_store_ts: int | None, now_ms: int) -> int | None:
+    """How long the oldest unconsumed message has waited: 0 with nothing unconsumed, None
+    when its store time is not known (missing or negative: an attached cluster's probe
+    has not answered yet)."""
+    if lag == 0 or oldest_store_ts == 0:
+        return 0
+    if oldest_store_ts is None or oldest_store_ts < 0:
+        return None
+    return max(0, now_ms - oldest_store_ts)
+
+
 def sort_ids(ids) -> list[str]:
     """Client ids in Java's string order, as RocketMQ sorts them before allocating."""
     return sorted(ids, key=java_key)
@@ -189,12 +200,12 @@ class LabState:
             committed, max_offset = q["committed_offset"], q["max_offset"]
             # No commit yet: everything still in the queue counts as lag.
             consumed_to = committed if committed >= 0 else q.get("min_offset", 0)
-            oldest = q.get("oldest_unconsumed_store_ts", 0)
+            lag = max(0, max_offset - consumed_to)
             fresh[q["label"]] = {
                 "max_offset": max_offset,
                 "committed_offset": committed,
-                "lag": max(0, max_offset - consumed_to),
-                "time_lag_ms": max(0, now_ms - oldest) if oldest else 0,
+                "lag": lag,
+                "time_lag_ms": time_lag_ms(lag, q.get("oldest_unconsumed_store_ts"), now_ms),
                 "inflight": q.get("inflight", 0),
             }
         group.offsets = fresh
@@ -386,7 +397,8 @@ class LabState:
                 "span": max((p["span"] for p in cached), default=0),
                 "committed_offset": broker_figures.get("committed_offset", -1),
                 "max_offset": broker_figures.get("max_offset", 0),
-                "time_lag_ms": broker_figures.get("time_lag_ms", 0),
+                # None: not known yet (an attached cluster that has not told it): never a 0.
+                "time_lag_ms": broker_figures.get("time_lag_ms") if broker_figures else None,
                 "inflight": broker_figures.get("inflight", 0) or sum(p["inflight"] for p in cached),
                 "owners": held_by,
             }

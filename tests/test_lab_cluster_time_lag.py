@@ -1,0 +1,145 @@
+"""Time lag on a cluster the lab did not start (``runlab --namesrv``): a separately started
+broker with a name server plays the cluster, a real controller is attached to it through
+ClusterAdmin, C++-client consumers started outside the lab form an observed group.
+
+The cluster tells no time lag by itself: the lab pulls the message at each queue's
+committed offset (one, committing nothing) and reads its store time. A hung consumer of
+the lab's own group, and an observed group frozen with SIGSTOP, both show their backlog
+aging; a queue never shows 0 while its time lag is unknown."""
+import os
+import signal
+
+import pytest
+import pytest_asyncio
+
+from consumers_app.lab import bus
+from consumers_app.lab.cluster_admin import ClusterAdmin, attachment
+from consumers_app.lab.controller import LabController
+from consumers_app.lab.scenario import GroupSpec, Scenario
+
+from .brokers import BrokerProcess
+from .remoting_peers import Cpp, require_cpp
+from .support import async_wait_until, produce
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+OWN, WATCHED = "TopicOwn", "TopicWatched"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("cluster"), topics=[f"{WATCHED}:4@broker-a"], remoting=True,
+                       extra_args=["--client-expiry-ms=4000"]) as broker:
+        yield broker
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lab(cluster):
+    namesrv = cluster.namesrv
+    options = {"push": {"namesrv": namesrv, "heartbeat_interval_ms": 1000}, "producer": {"namesrv": namesrv}}
+    controller = LabController("", pool_size=1, flush_interval=0.05, poll_interval=0.5, observe_interval=0.5,
+                               client_options=options, admin=ClusterAdmin(namesrv), cluster=attachment(namesrv, ""))
+    controller.namesrv = namesrv
+    try:
+        await controller.start(Scenario(topics={OWN: {"broker-a": 4}}, producers={},
+                                        groups=(GroupSpec("GID_LAB", OWN, consumers=2),)))
+        yield controller
+    finally:
+        await controller.stop()
+        await controller.admin.close()
+
+
+@pytest.fixture
+def peers():
+    started = []
+    yield started
+    for peer in started:
+        os.kill(peer.proc.pid, signal.SIGCONT) if peer.proc.poll() is None else None
+        peer.kill()
+
+
+def view(lab, group):
+    return lab.state.snapshot()["groups"][group]
+
+
+async def test_a_hung_consumer_of_the_labs_own_group_shows_its_backlog_aging(lab, cluster):
+    await async_wait_until(lambda: len([q for q in view(lab, "GID_LAB")["queues"].values() if len(q["owners"]) == 1])
+                           == 4, timeout=30, message="GID_LAB's two consumers holding the four queues")
+    await produce(cluster.address, OWN, 40, batch=1)
+    await async_wait_until(lambda: all(q["lag"] == 0 and q["time_lag_ms"] == 0
+                                       for q in view(lab, "GID_LAB")["queues"].values()),
+                           timeout=30, message="everything consumed: no lag, a time lag of 0 (known)")
+    hung = sorted(view(lab, "GID_LAB")["assignments"])[0]
+    await bus.request("consumer", client_id=hung, action="hang")
+    held = view(lab, "GID_LAB")["assignments"][hung]
+    assert held
+    await produce(cluster.address, OWN, 40, batch=1)
+
+    def aged():
+        queues = view(lab, "GID_LAB")["queues"]
+        behind = [queues[label] for label in held if queues[label]["lag"] > 0]
+        return behind and all((q["time_lag_ms"] or 0) >= 5_000 for q in behind)
+
+    await async_wait_until(aged, timeout=30, message="the hung consumer's queues 5 s behind")
+    others = [q for label, q in view(lab, "GID_LAB")["queues"].items() if label not in held]
+    assert all(q["time_lag_ms"] is not None and q["time_lag_ms"] < 5_000 for q in others)
+    await bus.request("consumer", client_id=hung, action="resume")
+
+
+async def test_a_frozen_observed_group_with_a_backlog_shows_it_aging(lab, cluster, peers):
+    require_cpp()
+    group = "GID_FROZEN"
+    for _ in range(2):
+        peers.append(Cpp.consume(cluster.namesrv, group, WATCHED))
+    for peer in peers:
+        peer.wait_ready()
+    await bus.request("observe", group=group)
+    await produce(cluster.address, WATCHED, 20, batch=1)
+    await async_wait_until(lambda: sum(q["committed_offset"] for q in view(lab, group)["queues"].values()) == 20
+                           and all(q["time_lag_ms"] == 0 for q in view(lab, group)["queues"].values()),
+                           timeout=30, message="all 20 consumed and committed: time lag 0")
+    for peer in peers:
+        os.kill(peer.proc.pid, signal.SIGSTOP)
+    await produce(cluster.address, WATCHED, 20, batch=1)
+
+    def aged():
+        queues = view(lab, group)["queues"].values()
+        return all(q["lag"] > 0 and (q["time_lag_ms"] or 0) >= 5_000 for q in queues)
+
+    await async_wait_until(aged, timeout=30, message="every queue of the frozen group 5 s behind")
+
+
+class FakeCluster:
+    """Answers store_ts_at from a table; counts what it was asked."""
+
+    def __init__(self, store_ts: dict, failing=()):
+        self.store_ts, self.failing, self.asked = store_ts, set(failing), []
+
+    async def store_ts_at(self, address, group, mq, offset):
+        self.asked.append((mq.label, offset))
+        if mq.label in self.failing:
+            raise TimeoutError()
+        return self.store_ts.get((mq.label, offset))
+
+
+async def test_the_oldest_unconsumed_is_probed_once_per_offset_and_unknown_is_none_never_0():
+    from consumers_app.lab.observer import OldestUnconsumed
+    from consumers_app.message_queue import MessageQueue
+
+    a0, a1, a2 = (MessageQueue("T", "broker-a", i) for i in range(3))
+    fake = FakeCluster({("broker-a:0", 5): 1_000}, failing={"broker-a:2"})
+    oldest = OldestUnconsumed(fake)
+
+    def figures():
+        return {a0: {"min_offset": 0, "max_offset": 9, "committed_offset": 5},    # behind: probed
+                a1: {"min_offset": 0, "max_offset": 7, "committed_offset": 7},    # caught up: 0, not asked
+                a2: {"min_offset": 0, "max_offset": 3, "committed_offset": 1}}    # its probe fails: None
+    first = figures()
+    await oldest.fill("G", first, {"broker-a": "addr"})
+    assert {mq.label: f["oldest_unconsumed_store_ts"] for mq, f in first.items()} == {
+        "broker-a:0": 1_000, "broker-a:1": 0, "broker-a:2": None}
+    again = figures()
+    await oldest.fill("G", again, {"broker-a": "addr"})
+    assert again[a0]["oldest_unconsumed_store_ts"] == 1_000
+    # The committed offset did not move: asked once; the failed one is asked again.
+    assert fake.asked == [("broker-a:0", 5), ("broker-a:2", 1), ("broker-a:2", 1)]
