@@ -210,7 +210,8 @@ class ClusterAdmin:
 
     async def WatchMembership(self, request: lab.GroupRequest):
         """The members now (reason "initial"), then one change per poll that saw one. The
-        cluster does not tell why a member left (goodbye or expiry): both are "left"."""
+        cluster does not tell why a member left (goodbye, closed connection or expiry): all
+        are "left" here; the controller names the reason for the clients it runs."""
         group, known = request.group, None
         while True:
             try:

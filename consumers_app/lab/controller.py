@@ -45,7 +45,7 @@ from .actions import CONSUMER_ACTIONS, MODES
 from .disk import DiskPlaces, measure
 from .peers import OURS, PEER_CLIENTS, PeerConsumer, available_clients
 from .cluster_admin import oldest_ts_field
-from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
+from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes, departure
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
@@ -299,8 +299,20 @@ class LabController:
         """One event per change, in the fields the consumers use for the notices they hear."""
         joined, left = list(change.joined), list(change.left)
         subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
+        reason = change.reason
+        if reason == "left" and self.state.cluster.get("attached"):
+            reason = self._why_they_left(left) or reason
         self.emit("membership", change.group, subject, ts=change.ts or now_ms(), source="broker",
-                  reason=change.reason, members=list(change.client_ids), joined=joined, left=left)
+                  reason=reason, members=list(change.client_ids), joined=joined, left=left)
+
+    # What the lab did to a client of its own -> how the broker lost it.
+    DEPARTURES = {"stopped": "left", "killed": "closed", "crashed": "closed", "cut": "expired"}
+
+    def _why_they_left(self, client_ids) -> str | None:
+        """An attached cluster lists members without saying why one went (goodbye, closed
+        connection, expiry); for the lab's own clients and peers the lab knows what it did."""
+        reasons = {self.DEPARTURES.get(getattr(self.state.clients.get(c), "status", "")) for c in client_ids}
+        return reasons.pop() if len(reasons) == 1 else None
 
     async def _watch_membership(self, group: str) -> None:
         while True:
@@ -690,10 +702,11 @@ class LabController:
                 client.status, client.client = "running", "outside"
             client.language, client.version, client.note = seen.language, seen.version, seen.unanswered
             client.assignment_source = "client" if seen.queues is not None else "unknown"
-        for client_id in (before.clients if before is not None else {}):
+        events = changes(group_name, before, after)
+        for client_id, last in (before.clients if before is not None else {}).items():
             if client_id not in after.clients:
-                self.state.client_gone(client_id, "left")
-        self._take(changes(group_name, before, after))
+                self.state.client_gone(client_id, departure(last))
+        self._take(events)
         queues = [lab.QueueOffsets(queue=lab.QueueRef(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id),
                                    min_offset=f["min_offset"], max_offset=f.get("max_offset", 0),
                                    committed_offset=f["committed_offset"],

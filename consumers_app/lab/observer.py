@@ -58,6 +58,13 @@ class ClientSighting:
     # MessageQueue -> ProcessQueue figures, from its running info; None when it did not answer.
     queues: dict[MessageQueue, dict] | None = None
     unanswered: str = ""   # why there is no running info
+    # It answered running info at some look (carried from look to look by ``changes``): a
+    # client that did and then stops answering has gone silent (frozen, cut off).
+    answered: bool = False
+
+    @property
+    def silent(self) -> bool:
+        return self.answered and self.queues is None
 
 
 @dataclass
@@ -287,17 +294,30 @@ def pq_figures(info: dict) -> dict:
             "span": high - low if count else 0, "committed_offset": committed}
 
 
+def departure(last: ClientSighting) -> str:
+    """Why a member the broker no longer lists went, from the last look at it: "expired" when
+    it had gone silent (answered running info before, then no more: the broker dropped it
+    after its channel expiry), else "left". Over remoting a goodbye (UNREGISTER_CLIENT) and a
+    closed connection look the same from outside, both at once: "left" stands for either."""
+    return "expired" if last.silent else "left"
+
+
 def changes(group: str, before: Sighting | None, after: Sighting) -> list[Event]:
-    """The events between two looks: membership, and per client whose queues changed a
-    rebalance (inferred: the client does not say when it ran one) and its assignment;
-    ProcessQueue figures that moved."""
+    """The events between two looks: membership (a departure with its reason, ``departure``),
+    and per client whose queues changed a rebalance (inferred: the client does not say when
+    it ran one) and its assignment; ProcessQueue figures that moved. Carries each client's
+    ``answered`` over from ``before`` into ``after``."""
     events: list[Event] = []
     old = before.clients if before is not None else {}
+    for client_id, seen in after.clients.items():
+        seen.answered = seen.queues is not None or (client_id in old and old[client_id].answered)
     joined = sorted(set(after.clients) - set(old))
     left = sorted(set(old) - set(after.clients))
     if joined or left:
         subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
-        events.append(MembershipEvent(ts=after.ts, group=group, client_id=subject, source="broker", reason=REASON,
+        reasons = {departure(old[c]) for c in left}
+        reason = reasons.pop() if not joined and len(reasons) == 1 else REASON
+        events.append(MembershipEvent(ts=after.ts, group=group, client_id=subject, source="broker", reason=reason,
                                       members=sorted(after.clients), joined=joined, left=left))
     for client_id, seen in sorted(after.clients.items()):
         if seen.queues is None:

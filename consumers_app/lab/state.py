@@ -65,7 +65,9 @@ class ClientState:
     group: str
     mode: str
     worker_id: str = ""
-    status: str = "starting"   # starting | running | hung | cut | stopped | killed | crashed
+    # starting | running | hung | cut | stopped | killed | crashed; an observed client that
+    # went: left | expired (observer.departure)
+    status: str = "starting"
     strategy: str = ""         # as its latest assignment reported it
     slow_ms: int = 0
     fail_ratio: float = 0.0

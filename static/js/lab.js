@@ -337,7 +337,7 @@
         // The broker reports a change once, and every member again from its own watch:
         // subjects are in joined/left (or client_id when the broker speaks).
         const what = e.change || e.reason;
-        const gone = e.left || ((what === "left" || what === "expired") && e.client_id ? [e.client_id] : []);
+        const gone = e.left || (["left", "expired", "closed"].includes(what) && e.client_id ? [e.client_id] : []);
         if (g) for (const cid of gone) delete g.assignments[cid];
         logEvent(e);
         break;
@@ -603,7 +603,7 @@
   }
 
   const changedCount = (r) => (r.changed || []).length + (r.added || []).length + (r.removed || []).length;
-  const isAlive = (g, cid) => !["stopped", "killed", "crashed", "left", "gone"].includes((g.clients[cid] || {}).status);
+  const isAlive = (g, cid) => !["stopped", "killed", "crashed", "left", "expired", "closed", "gone"].includes((g.clients[cid] || {}).status);
 
   // ------------------------------------------------------------------ assignment views
   //

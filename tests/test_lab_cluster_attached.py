@@ -1,11 +1,14 @@
-"""Time lag on a cluster the lab did not start (``runlab --namesrv``): a separately started
-broker with a name server plays the cluster, a real controller is attached to it through
-ClusterAdmin, C++-client consumers started outside the lab form an observed group.
+"""A cluster the lab did not start (``runlab --namesrv``): a separately started broker with
+a name server plays the cluster, a real controller is attached to it through ClusterAdmin,
+C++-client consumers started outside the lab form observed groups.
 
-The cluster tells no time lag by itself: the lab pulls the message at each queue's
-committed offset (one, committing nothing) and reads its store time. A hung consumer of
-the lab's own group, and an observed group frozen with SIGSTOP, both show their backlog
-aging; a queue never shows 0 while its time lag is unknown."""
+* Time lag: the cluster tells none by itself, so the lab pulls the message at each
+  queue's committed offset (one, committing nothing) and reads its store time. A hung
+  consumer of the lab's own group, and an observed group frozen with SIGSTOP, both show
+  their backlog aging; a queue never shows 0 while its time lag is unknown.
+* Why a member went: the cluster only lists members; the lab names its own clients'
+  departures (stop: left, kill: closed, cut: expired) and an observed one that went silent
+  before the broker dropped it as expired."""
 import os
 import signal
 
@@ -29,7 +32,7 @@ OWN, WATCHED = "TopicOwn", "TopicWatched"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("cluster"), topics=[f"{WATCHED}:4@broker-a"], remoting=True,
-                       extra_args=["--client-expiry-ms=4000"]) as broker:
+                       extra_args=["--client-expiry-ms=3000"]) as broker:
         yield broker
 
 
@@ -54,8 +57,7 @@ def peers():
     started = []
     yield started
     for peer in started:
-        os.kill(peer.proc.pid, signal.SIGCONT) if peer.proc.poll() is None else None
-        peer.kill()
+        peer.kill()   # SIGKILL ends a stopped (SIGSTOP) process too
 
 
 def view(lab, group):
@@ -107,6 +109,47 @@ async def test_a_frozen_observed_group_with_a_backlog_shows_it_aging(lab, cluste
         return all(q["lag"] > 0 and (q["time_lag_ms"] or 0) >= 5_000 for q in queues)
 
     await async_wait_until(aged, timeout=30, message="every queue of the frozen group 5 s behind")
+
+    # Silent, then dropped by the broker after its channel expiry: expired, not left.
+    log = await async_wait_until(lambda: [e for e in view(lab, group)["membership_log"] if e["left"]],
+                                 timeout=30, message="the frozen members dropped")
+    assert {e["reason"] for e in log} == {"expired"}, log
+    assert {c["status"] for c in view(lab, group)["clients"].values()} == {"expired"}
+
+
+def departures(lab, group):
+    return {c: e["reason"] for e in view(lab, group)["membership_log"] for c in e["left"]}
+
+
+async def test_the_labs_own_members_read_left_closed_or_expired_as_they_went(lab):
+    added = [(await bus.request("add_consumer", group="GID_LAB", mode="push"))["client_id"] for _ in range(3)]
+    await async_wait_until(lambda: set(added) <= set(view(lab, "GID_LAB")["members"]), timeout=30,
+                           message="the three newcomers listed by the cluster")
+    said_goodbye, killed, cut = added
+    await bus.request("consumer", client_id=said_goodbye, action="stop")
+    await bus.request("consumer", client_id=killed, action="kill")
+    await bus.request("consumer", client_id=cut, action="cut")
+    gone = await async_wait_until(lambda: set(added) <= set(departures(lab, "GID_LAB"))
+                                  and departures(lab, "GID_LAB"), timeout=30, message="all three dropped")
+    assert {c: gone[c] for c in added} == {said_goodbye: "left", killed: "closed", cut: "expired"}
+
+
+async def test_an_observed_member_that_says_goodbye_reads_left(lab, cluster, peers):
+    require_cpp()
+    group = "GID_GOODBYE"
+    peers.extend(Cpp.consume(cluster.namesrv, group, WATCHED) for _ in range(2))
+    for peer in peers:
+        peer.wait_ready()
+    await bus.request("observe", group=group)
+    members = await async_wait_until(lambda: len(view(lab, group)["members"]) == 2 and view(lab, group)["members"],
+                                     timeout=30, message="both listed")
+    await async_wait_until(lambda: all(c["assignment_source"] == "client"
+                                       for c in view(lab, group)["clients"].values()),
+                           timeout=30, message="both answering running info")
+    peers[0].stop()   # SIGTERM: the C++ client shuts down and unregisters
+    gone = await async_wait_until(lambda: departures(lab, group), timeout=30, message="one member gone")
+    assert list(gone.values()) == ["left"] and set(gone) < set(members)
+    assert view(lab, group)["clients"][next(iter(gone))]["status"] == "left"
 
 
 class FakeCluster:
