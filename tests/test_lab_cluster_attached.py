@@ -27,21 +27,29 @@ from .support import async_wait_until, produce
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 OWN, WATCHED = "TopicOwn", "TopicWatched"
+# Past the C++ client's heartbeat interval (30 s): a live C++ consumer never expires, a
+# frozen one does; the lab's consumers heartbeat every second.
+EXPIRY_MS = 35_000
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("cluster"), topics=[f"{WATCHED}:4@broker-a"], remoting=True,
-                       extra_args=["--client-expiry-ms=3000"]) as broker:
+                       extra_args=[f"--client-expiry-ms={EXPIRY_MS}", "--client-scan-ms=500"]) as broker:
         yield broker
 
 
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    return tmp_path_factory.mktemp("recordings")
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(cluster):
+async def lab(cluster, recordings):
     namesrv = cluster.namesrv
     options = {"push": {"namesrv": namesrv, "heartbeat_interval_ms": 1000}, "producer": {"namesrv": namesrv}}
     controller = LabController("", pool_size=1, flush_interval=0.05, poll_interval=0.5, observe_interval=0.5,
-                               client_options=options, admin=ClusterAdmin(namesrv), cluster=attachment(namesrv, ""))
+                               client_options=options, recorder_root=recordings, admin=ClusterAdmin(namesrv), cluster=attachment(namesrv, ""))
     controller.namesrv = namesrv
     try:
         await controller.start(Scenario(topics={OWN: {"broker-a": 4}}, producers={},
@@ -96,6 +104,10 @@ async def test_a_frozen_observed_group_with_a_backlog_shows_it_aging(lab, cluste
     for peer in peers:
         peer.wait_ready()
     await bus.request("observe", group=group)
+    # Both hold their queues before anything is sent (a new group starts from the last offset).
+    await async_wait_until(lambda: len(view(lab, group)["members"]) == 2
+                           and all(len(q["owners"]) == 1 for q in view(lab, group)["queues"].values()),
+                           timeout=30, message="the two C++ consumers holding the four queues")
     await produce(cluster.address, WATCHED, 20, batch=1)
     await async_wait_until(lambda: sum(q["committed_offset"] for q in view(lab, group)["queues"].values()) == 20
                            and all(q["time_lag_ms"] == 0 for q in view(lab, group)["queues"].values()),
@@ -112,7 +124,7 @@ async def test_a_frozen_observed_group_with_a_backlog_shows_it_aging(lab, cluste
 
     # Silent, then dropped by the broker after its channel expiry: expired, not left.
     log = await async_wait_until(lambda: [e for e in view(lab, group)["membership_log"] if e["left"]],
-                                 timeout=30, message="the frozen members dropped")
+                                 timeout=EXPIRY_MS / 1000 + 30, message="the frozen members dropped")
     assert {e["reason"] for e in log} == {"expired"}, log
     assert {c["status"] for c in view(lab, group)["clients"].values()} == {"expired"}
 
@@ -130,7 +142,8 @@ async def test_the_labs_own_members_read_left_closed_or_expired_as_they_went(lab
     await bus.request("consumer", client_id=killed, action="kill")
     await bus.request("consumer", client_id=cut, action="cut")
     gone = await async_wait_until(lambda: set(added) <= set(departures(lab, "GID_LAB"))
-                                  and departures(lab, "GID_LAB"), timeout=30, message="all three dropped")
+                                  and departures(lab, "GID_LAB"), timeout=EXPIRY_MS / 1000 + 30,
+                                  message="all three dropped (the cut one after the expiry)")
     assert {c: gone[c] for c in added} == {said_goodbye: "left", killed: "closed", cut: "expired"}
 
 
@@ -186,3 +199,60 @@ async def test_the_oldest_unconsumed_is_probed_once_per_offset_and_unknown_is_no
     assert again[a0]["oldest_unconsumed_store_ts"] == 1_000
     # The committed offset did not move: asked once; the failed one is asked again.
     assert fake.asked == [("broker-a:0", 5), ("broker-a:2", 1), ("broker-a:2", 1)]
+
+
+def recorded(root, kind: str, group: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    files = sorted((root / kind).rglob("*.parquet"))
+    return [row for f in files for row in pq.read_table(f).to_pylist() if row["group"] == group]
+
+
+async def test_an_observed_group_is_recorded_like_the_labs_own(lab, cluster, peers, recordings):
+    """Offsets with their owners, membership, assignments and hand-offs go into the
+    recordings the lag history computes from, as GID_LAB's do."""
+    import asyncio
+    import json
+
+    require_cpp()
+    group = "GID_RECORDED"
+    peers.append(Cpp.consume(cluster.namesrv, group, WATCHED))
+    peers[0].wait_ready()
+    await bus.request("observe", group=group)
+    [first] = await async_wait_until(lambda: view(lab, group)["members"], timeout=30, message="listed")
+    await async_wait_until(lambda: len(view(lab, group)["assignments"].get(first, ())) == 4, timeout=30,
+                           message="the one member holding all four queues")
+    peers.append(Cpp.consume(cluster.namesrv, group, WATCHED))
+    peers[1].wait_ready()
+    await async_wait_until(lambda: view(lab, group)["handoffs"]["totals"]["moved"] >= 1, timeout=60,
+                           message="queues handed to the newcomer")
+    await produce(cluster.address, WATCHED, 20, batch=1)
+    await async_wait_until(lambda: all(q["lag"] == 0 for q in view(lab, group)["queues"].values()), timeout=30,
+                           message="the 20 consumed")
+    looks = len(lab.state.groups[group].timeline.samples)
+    await async_wait_until(lambda: len(lab.state.groups[group].timeline.samples) >= looks + 3, timeout=30,
+                           message="three more looks")
+    looked_at = [s.ts for s in lab.state.groups[group].timeline.samples]
+    members = set(view(lab, group)["members"])
+
+    async def written(kind, ready):
+        """The group's rows of ``kind`` once ``ready(rows)``: the recording loop may hold some
+        on their way to the recorder when a flush comes."""
+        async def check():
+            await lab._record()
+            await asyncio.to_thread(lab._recorder.flush)
+            rows = recorded(recordings, kind, group)
+            return ready(rows) and rows
+        return await async_wait_until(check, timeout=10, message=f"the {kind} recorded")
+
+    # A row per queue every look (the last one's may still be on its way to the recorder).
+    rows = await written("snapshots", lambda rows: set(looked_at[:-1]) <= {r["ts"] for r in rows})
+    assert {(r["topic"], r["broker"], r["queue_id"]) for r in rows} == {(WATCHED, "broker-a", i) for i in range(4)}
+    assert all(sum(r["ts"] == ts for r in rows) == 4 for ts in looked_at[:-1])
+    assert {r["owner"] for r in rows if r["owner"]} == members
+    events = await written("events", lambda rows: {"membership", "assignment", "rebalance", "handoff"}
+                           <= {e["type"] for e in rows})
+    assert members <= {e["client_id"] for e in events if e["type"] == "assignment"}
+    handoffs = [e for e in events if e["type"] == "handoff"]
+    assert {e["client_id"] for e in handoffs} <= members
+    assert all(set(json.loads(e["fields"])["from_clients"]) <= members for e in handoffs)
