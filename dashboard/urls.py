@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 
 from consumers_app.lab.actions import CONSUMER_ACTIONS
 
-from . import api, views
+from . import api, metrics, views
 
 CONSUMER_ACTION = "|".join(CONSUMER_ACTIONS)
 
@@ -32,6 +32,7 @@ urlpatterns = [
     path("login/", views.login, name="login"),
     path("logout/", LogoutView.as_view(next_page="login"), name="logout"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("api/", include(api_patterns)),
     path("", include("dashboard.lag.urls")),
 ]

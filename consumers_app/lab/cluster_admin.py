@@ -9,7 +9,9 @@ messages, built from remoting requests (the observer's ``Cluster`` connections):
   already there (a real cluster's topic is its owners': never resized by the lab);
 * ListTopics: the routes (105) of the lab's topics only, never the whole cluster's;
 * ListBrokers: cluster info (106); a listed broker is online;
-* GetQueueOffsets: per broker, GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS (208);
+* GetQueueOffsets: per broker, GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS (208), and
+  the time lag from a pull of the message at the committed offset (observer.OldestUnconsumed);
+  ``oldest_unconsumed_store_ts`` is ``UNKNOWN_TS`` while the cluster has not told it;
 * WatchMembership: GET_CONSUMER_LIST_BY_GROUP (38) every second, changes yielded;
 * AddQueues and SetBrokerOnline: refused, with the reason (``DISABLED``).
 """
@@ -35,6 +37,7 @@ DISABLED = {
     "queues": "a real cluster: queues are changed with mqadmin updateTopic",
 }
 POP_NEEDS_PROXY = "pop needs a RocketMQ 5 proxy: set LAB_PROXY"
+UNKNOWN_TS = -1   # oldest_unconsumed_store_ts not known (0 would say "nothing unconsumed")
 # RocketMQ's defaults for a topic created by updateTopic.
 NEW_TOPIC = {"defaultTopic": "TBW102", "perm": wire.PERM_READ_WRITE, "topicFilterType": "SINGLE_TAG",
              "topicSysFlag": 0, "order": False}
@@ -79,6 +82,11 @@ async def reach(namesrv: str, timeout: float = 3.0, topic: str | None = None) ->
 
 def _status(code: int = Code.OK, message: str = "OK") -> lab.Status:
     return lab.Status(code=code, message=message)
+
+
+def oldest_ts_field(ts: int | None) -> int:
+    """A probed oldest store time (None: not known) as QueueOffsets carries it."""
+    return UNKNOWN_TS if ts is None else ts
 
 
 def _membership_reason(joined, left) -> str:
@@ -173,7 +181,7 @@ class ClusterAdmin:
 
     async def _queue_offsets(self, request: lab.QueueOffsetsRequest) -> lab.QueueOffsetsResponse:
         """Every lab topic's queues (or the one asked), as LabAdmin answers for "every topic"."""
-        response = lab.QueueOffsetsResponse(status=_status(), ts=int(time.time() * 1000))
+        response = lab.QueueOffsetsResponse(status=_status())
         for topic in [request.topic] if request.topic else sorted(self.topics, key=java_key):
             queues, addresses = await self._route(topic)
             figures = await self.cluster.offsets(request.group, topic, addresses) if request.group else {}
@@ -183,11 +191,11 @@ class ClusterAdmin:
                     queue=lab.QueueRef(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id),
                     min_offset=f.get("min_offset", 0), max_offset=f.get("max_offset", 0),
                     committed_offset=f.get("committed_offset", -1),
-                    # Unknown: no remoting request tells the store time of the oldest unconsumed
-                    # message without reading it, so 0 ("nothing unconsumed") stands in.
-                    oldest_unconsumed_store_ts=0,
+                    oldest_unconsumed_store_ts=oldest_ts_field(f.get("oldest_unconsumed_store_ts")),
                     # Pop's in-flight count is the proxy's to tell; the lab's pop groups are its.
                     inflight=0)
+        # Taken after the probes: a message stored while they ran is not younger than "now".
+        response.ts = int(time.time() * 1000)
         return response
 
     # -- membership -------------------------------------------------------------------
@@ -202,7 +210,8 @@ class ClusterAdmin:
 
     async def WatchMembership(self, request: lab.GroupRequest):
         """The members now (reason "initial"), then one change per poll that saw one. The
-        cluster does not tell why a member left (goodbye or expiry): both are "left"."""
+        cluster does not tell why a member left (goodbye, closed connection or expiry): all
+        are "left" here; the controller names the reason for the clients it runs."""
         group, known = request.group, None
         while True:
             try:

@@ -44,7 +44,8 @@ from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
 from .disk import DiskPlaces, measure
 from .peers import OURS, PEER_CLIENTS, REPORT_INTERVAL_S, PeerConsumer, available_clients
-from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes
+from .cluster_admin import oldest_ts_field
+from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes, departure
 from .scenario import ConsumerFaults, GroupSpec, Scenario
 from .state import LabState
 from .supervisor import Supervisor, WorkerError, WorkerLink
@@ -127,6 +128,8 @@ class LabController:
         # Other people's clients (peers.py) need the broker's name server; runlab sets it.
         self.namesrv: str | None = None
         self._peers: dict[str, PeerConsumer] = {}     # client id -> its process
+        # Attached to a cluster: clients being stopped or killed -> how they will go (left, closed).
+        self._departing: dict[str, str] = {}
         self._remoting: RemotingClient | None = None   # to ask peers what only remoting carries
         # Groups watched on the cluster (observer.py) are asked this often (seconds).
         self.observe_interval = observe_interval
@@ -298,11 +301,38 @@ class LabController:
                       restarts=status["restarts"], reason=status.get("reason", ""))
 
     def _membership_changed(self, change) -> None:
-        """One event per change, in the fields the consumers use for the notices they hear."""
+        """One event per change, in the fields the consumers use for the notices they hear;
+        on an attached cluster one per reason the lab knows for the members that left."""
         joined, left = list(change.joined), list(change.left)
-        subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
-        self.emit("membership", change.group, subject, ts=change.ts or now_ms(), source="broker",
-                  reason=change.reason, members=list(change.client_ids), joined=joined, left=left)
+        parts = [(change.reason, joined, left)]
+        if left and change.reason in ("left", "changed") and self.state.cluster.get("attached"):
+            by_reason: dict[str, list[str]] = {}
+            for client_id in left:
+                by_reason.setdefault(self._why_it_left(client_id), []).append(client_id)
+            parts = [("joined", joined, [])] if joined else []
+            parts += [(reason, [], ids) for reason, ids in by_reason.items()]
+        for reason, joined, left in parts:
+            subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
+            self.emit("membership", change.group, subject, ts=change.ts or now_ms(), source="broker",
+                      reason=reason, members=list(change.client_ids), joined=joined, left=left)
+
+    # How the broker lost a client of the lab's, by its status: it was cut (silent until
+    # expiry), or its worker died (connections closed).
+    DEPARTURES = {"stopped": "left", "killed": "closed", "crashed": "closed", "cut": "expired"}
+
+    def _why_it_left(self, client_id: str) -> str:
+        """An attached cluster lists members without saying why one went (goodbye, closed
+        connection, expiry); for the lab's own clients and peers the lab knows what it did."""
+        reason = self._departing.pop(client_id, None)
+        if reason is None:
+            reason = self.DEPARTURES.get(getattr(self.state.clients.get(client_id), "status", ""), "left")
+        return reason
+
+    def _will_depart(self, client_id: str, how: str) -> None:
+        """Before a stop or kill goes out: the cluster may list the client gone before the
+        action's answer marks it so."""
+        if self.state.cluster.get("attached"):
+            self._departing[client_id] = "left" if how == "stop" else "closed"
 
     async def _watch_membership(self, group: str) -> None:
         while True:
@@ -692,19 +722,26 @@ class LabController:
                 client.status, client.client = "running", "outside"
             client.language, client.version, client.note = seen.language, seen.version, seen.unanswered
             client.assignment_source = "client" if seen.queues is not None else "unknown"
-        for client_id in (before.clients if before is not None else {}):
+        events = changes(group_name, before, after)
+        for client_id, last in (before.clients if before is not None else {}).items():
             if client_id not in after.clients:
-                self.state.client_gone(client_id, "left")
-        self._take(changes(group_name, before, after))
+                self.state.client_gone(client_id, departure(last))
+        self._take(events)
         queues = [lab.QueueOffsets(queue=lab.QueueRef(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id),
                                    min_offset=f["min_offset"], max_offset=f.get("max_offset", 0),
-                                   committed_offset=f["committed_offset"])
+                                   committed_offset=f["committed_offset"],
+                                   oldest_unconsumed_store_ts=oldest_ts_field(f.get("oldest_unconsumed_store_ts")))
                   for mq, f in sorted(after.offsets.items()) if mq.topic == after.topic]
         self.state.set_offsets(group_name, after.ts, [
             {"label": f"{q.queue.broker_name}:{q.queue.queue_id}", "min_offset": q.min_offset,
-             "max_offset": q.max_offset, "committed_offset": q.committed_offset} for q in queues])
+             "max_offset": q.max_offset, "committed_offset": q.committed_offset,
+             "oldest_unconsumed_store_ts": q.oldest_unconsumed_store_ts} for q in queues])
+        # As poll_offsets does for the lab's groups: taken every look, so they do not pile up,
+        # and recorded, so the lag history marks and compares an observed group's hand-offs.
+        handoffs = handoff_events(group, after.ts)
         self._snapshot_due = True
         if self._recorder is not None:
+            self._unrecorded += handoffs
             rows = self._snapshot_rows(group_name, after.ts, queues, self._queue_holders(group_name))
             task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._recorder.add_snapshot, rows))
             task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
@@ -878,6 +915,7 @@ class LabController:
         if action not in peer.kind.actions:
             raise bus.LabError(f"{peer.kind.name} consumers take only {', '.join(peer.kind.actions)} here, "
                                f"not {action!r} (the lab cannot reach inside that client)")
+        self._will_depart(peer.client_id, action)
         if action == "stop":
             await peer.stop()
         else:
@@ -944,6 +982,7 @@ class LabController:
         return held
 
     async def _stop_consumer(self, client_id: str, how: str) -> None:
+        self._will_depart(client_id, how)
         try:
             await self._command(client_id, "consumer", action=how)
         finally:   # the worker let go of it whatever happened next: the lab cannot reach it again

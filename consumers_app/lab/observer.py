@@ -12,7 +12,9 @@ One look (``Cluster.look``) is, over remoting only, so it works on any cluster:
   queues it holds and each ProcessQueue's figures. A client that does not answer (ali-ons)
   is kept with the reason, its queues unknown;
 * GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS (208) from every broker of the route:
-  min/max offsets and the group's committed offsets, so lag is known whoever holds the queue.
+  min/max offsets and the group's committed offsets, so lag is known whoever holds the queue;
+* PULL_MESSAGE (11) of one message at a queue's committed offset, committing nothing: the
+  store time of the oldest unconsumed message, hence the time lag (``OldestUnconsumed``).
 
 ``changes(before, after)`` is pure: the events that lead from one look to the next.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 from consumers_app.events import AssignmentEvent, Event, MembershipEvent, PqEvent, RebalanceEvent
@@ -30,6 +33,9 @@ from consumers_app.remoting.client import RemotingClient
 log = logging.getLogger(__name__)
 
 REASON = "observed"
+# Time lag probes: a queue is pulled (one message) only when its committed offset moved
+# since its last probe, and at most this many queues per look (the longest unprobed first).
+PROBES_PER_LOOK = 64
 MIB = 1 << 20
 # RocketMQ's consume types as the lab names the modes.
 MODES = {"CONSUME_PASSIVELY": "push", "CONSUME_ACTIVELY": "lite_pull", "CONSUME_POP": "pop"}
@@ -52,6 +58,13 @@ class ClientSighting:
     # MessageQueue -> ProcessQueue figures, from its running info; None when it did not answer.
     queues: dict[MessageQueue, dict] | None = None
     unanswered: str = ""   # why there is no running info
+    # It answered running info at some look (carried from look to look by ``changes``): a
+    # client that did and then stops answering has gone silent (frozen, cut off).
+    answered: bool = False
+
+    @property
+    def silent(self) -> bool:
+        return self.answered and self.queues is None
 
 
 @dataclass
@@ -61,7 +74,8 @@ class Sighting:
     mode: str
     queues: list[MessageQueue]                       # the route's readable queues of ``topic``
     clients: dict[str, ClientSighting] = field(default_factory=dict)
-    # MessageQueue -> {"min_offset", "max_offset", "committed_offset", "last_consumed_ts"}
+    # MessageQueue -> {"min_offset", "max_offset", "committed_offset", "last_consumed_ts",
+    # "oldest_unconsumed_store_ts" (0: nothing unconsumed; None: not known yet)}
     offsets: dict[MessageQueue, dict] = field(default_factory=dict)
 
 
@@ -72,6 +86,7 @@ class Cluster:
         self.namesrv = namesrv
         self.timeout = timeout
         self._connections: dict[str, RemotingClient] = {}
+        self.oldest = OldestUnconsumed(self)
         # Asked from several tasks at once (the lab's admin calls): one connection per address.
         self._connecting = asyncio.Lock()
 
@@ -164,7 +179,20 @@ class Cluster:
         for entry in figures.values():
             entry.setdefault("min_offset", 0)
             entry.setdefault("committed_offset", -1)
+        await self.oldest.fill(group, figures, addresses)
         return figures
+
+    async def store_ts_at(self, address: str, group: str, mq: MessageQueue, offset: int) -> int | None:
+        """The store time of the message at ``offset`` of ``mq`` (a pull of one message that
+        commits nothing and is not held), or None when the broker has none to give."""
+        answer = await self.ask(address, wire.PULL_MESSAGE, {
+            "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
+            "maxMsgNums": 1, "sysFlag": wire.PULL_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
+        if answer.code != wire.SUCCESS or not answer.body:
+            return None
+        messages = wire.decode_messages(answer.body)
+        return int(messages[0]["store_ts"]) if messages else None
 
     async def look(self, group: str, ts: int) -> Sighting:
         brokers = await self.brokers()
@@ -184,6 +212,59 @@ class Cluster:
                 None if held is None else {mq: info for mq, info in held.items() if mq.topic == topic}, why)
         sighting.offsets = await self.offsets(group, topic, addresses)
         return sighting
+
+
+class OldestUnconsumed:
+    """Per queue, the store time of the message at the group's committed offset: what the
+    time lag is measured from (RocketMQ 5's rocketmq_consumer_lag_latency does the same
+    inside the broker). A message's store time never changes, so a queue is asked again
+    only once its committed offset moved; a hung consumer's queue is asked once and its
+    time lag then grows with the clock."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        # (group, mq) -> (offset asked, its store ts); one cluster connection serves several groups
+        self.known: dict[tuple[str, MessageQueue], tuple[int, int]] = {}
+        self.asked_at: dict[tuple[str, MessageQueue], float] = {}
+
+    async def fill(self, group: str, figures: dict[MessageQueue, dict], addresses: dict[str, str]) -> None:
+        """Set each queue's ``oldest_unconsumed_store_ts``: 0 when nothing is unconsumed, the
+        probed store time, or None while it is not known (never probed, or the probe failed)."""
+        due = []
+        for mq, f in figures.items():
+            offset = _consumed_to(f)
+            if offset >= f.get("max_offset", 0):
+                self.known.pop((group, mq), None)
+            elif self.known.get((group, mq), (None,))[0] != offset:
+                due.append((mq, offset))
+        due.sort(key=lambda d: self.asked_at.get((group, d[0]), 0.0))
+        due = [(mq, offset) for mq, offset in due[:PROBES_PER_LOOK] if mq.broker_name in addresses]
+        answers = await asyncio.gather(*(self.cluster.store_ts_at(addresses[mq.broker_name], group, mq, offset)
+                                         for mq, offset in due), return_exceptions=True)
+        for (mq, offset), answer in zip(due, answers):
+            self.asked_at[(group, mq)] = time.monotonic()
+            if isinstance(answer, (OSError, TimeoutError, ValueError)):
+                log.info("time lag of %s not known this time: %s", mq.label, answer or "timeout")
+            elif isinstance(answer, BaseException):
+                raise answer
+            if isinstance(answer, int):
+                self.known[(group, mq)] = (offset, answer)
+            else:
+                self.known.pop((group, mq), None)   # asked again next look
+        for mq, f in figures.items():
+            offset = _consumed_to(f)
+            asked = self.known.get((group, mq))
+            # A queue not probed at its offset yet (over the budget of a look) is unknown: the
+            # message of its last probe, consumed since, would overstate the time lag.
+            f["oldest_unconsumed_store_ts"] = (0 if offset >= f.get("max_offset", 0)
+                                               else asked[1] if asked is not None and asked[0] == offset else None)
+
+
+def _consumed_to(figures: dict) -> int:
+    """Where the group's next unconsumed message is: its committed offset (the queue's
+    first when it committed none), never below what retention kept."""
+    committed = figures["committed_offset"]
+    return max(committed if committed >= 0 else figures["min_offset"], figures["min_offset"])
 
 
 def subscribed_topic(connections: dict) -> str | None:
@@ -213,17 +294,30 @@ def pq_figures(info: dict) -> dict:
             "span": high - low if count else 0, "committed_offset": committed}
 
 
+def departure(last: ClientSighting) -> str:
+    """Why a member the broker no longer lists went, from the last look at it: "expired" when
+    it had gone silent (answered running info before, then no more: the broker dropped it
+    after its channel expiry), else "left". Over remoting a goodbye (UNREGISTER_CLIENT) and a
+    closed connection look the same from outside, both at once: "left" stands for either."""
+    return "expired" if last.silent else "left"
+
+
 def changes(group: str, before: Sighting | None, after: Sighting) -> list[Event]:
-    """The events between two looks: membership, and per client whose queues changed a
-    rebalance (inferred: the client does not say when it ran one) and its assignment;
-    ProcessQueue figures that moved."""
+    """The events between two looks: membership (a departure with its reason, ``departure``),
+    and per client whose queues changed a rebalance (inferred: the client does not say when
+    it ran one) and its assignment; ProcessQueue figures that moved. Carries each client's
+    ``answered`` over from ``before`` into ``after``."""
     events: list[Event] = []
     old = before.clients if before is not None else {}
+    for client_id, seen in after.clients.items():
+        seen.answered = seen.queues is not None or (client_id in old and old[client_id].answered)
     joined = sorted(set(after.clients) - set(old))
     left = sorted(set(old) - set(after.clients))
     if joined or left:
         subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
-        events.append(MembershipEvent(ts=after.ts, group=group, client_id=subject, source="broker", reason=REASON,
+        reasons = {departure(old[c]) for c in left}
+        reason = reasons.pop() if not joined and len(reasons) == 1 else REASON
+        events.append(MembershipEvent(ts=after.ts, group=group, client_id=subject, source="broker", reason=reason,
                                       members=sorted(after.clients), joined=joined, left=left))
     for client_id, seen in sorted(after.clients.items()):
         if seen.queues is None:

@@ -25,6 +25,7 @@ from consumers_app.javastr import java_key
 from consumers_app.message_queue import broker_of, parse_label
 
 from .handoff import GroupHandoffs
+from .rebalance_totals import RebalanceTotals
 from .timeline import GroupTimeline
 
 # Figures that describe "now" and are superseded by the next report: only the latest
@@ -32,6 +33,17 @@ from .timeline import GroupTimeline
 COALESCED = (PqEvent, FlowControlEvent)   # offset events carry only the queues that moved: never dropped
 
 LOG_LENGTH = 50
+
+
+def time_lag_ms(lag: int, oldest_store_ts: int | None, now_ms: int) -> int | None:
+    """How long the oldest unconsumed message has waited: 0 with nothing unconsumed, None
+    when its store time is not known (missing or negative: an attached cluster's probe
+    has not answered yet)."""
+    if lag == 0 or oldest_store_ts == 0:
+        return 0
+    if oldest_store_ts is None or oldest_store_ts < 0:
+        return None
+    return max(0, now_ms - oldest_store_ts)
 
 
 def sort_ids(ids) -> list[str]:
@@ -53,7 +65,9 @@ class ClientState:
     group: str
     mode: str
     worker_id: str = ""
-    status: str = "starting"   # starting | running | hung | cut | stopped | killed | crashed
+    # starting | running | hung | cut | stopped | killed | crashed; an observed client that
+    # went: left | expired (observer.departure)
+    status: str = "starting"
     strategy: str = ""         # as its latest assignment reported it
     slow_ms: int = 0
     fail_ratio: float = 0.0
@@ -102,6 +116,8 @@ class GroupState:
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     # What each rebalance did to messages: hand-offs, gaps, overlaps, duplicates (handoff.py).
     handoffs: GroupHandoffs = field(default_factory=GroupHandoffs)
+    # Its rebalances counted since the controller started (for /metrics' counters).
+    totals: RebalanceTotals = field(default_factory=RebalanceTotals)
     # One sample a second of the last 15 minutes: sparklines and replay (timeline.py).
     timeline: GroupTimeline = field(default_factory=GroupTimeline)
 
@@ -189,17 +205,19 @@ class LabState:
             committed, max_offset = q["committed_offset"], q["max_offset"]
             # No commit yet: everything still in the queue counts as lag.
             consumed_to = committed if committed >= 0 else q.get("min_offset", 0)
-            oldest = q.get("oldest_unconsumed_store_ts", 0)
+            lag = max(0, max_offset - consumed_to)
             fresh[q["label"]] = {
                 "max_offset": max_offset,
                 "committed_offset": committed,
-                "lag": max(0, max_offset - consumed_to),
-                "time_lag_ms": max(0, now_ms - oldest) if oldest else 0,
+                "lag": lag,
+                "time_lag_ms": time_lag_ms(lag, q.get("oldest_unconsumed_store_ts"), now_ms),
                 "inflight": q.get("inflight", 0),
             }
         group.offsets = fresh
         for label, figures in fresh.items():
             group.handoffs.set_lag(label, figures["lag"], now_ms)
+        # Before the record forgets them: a rebalance settles well within its window.
+        group.totals.fold((r.summary(now_ms, group.handoffs.silent) for r in group.handoffs.rebalances), now_ms)
         group.handoffs.forget_before(now_ms)
         group.timeline.add(now_ms, self.queue_view(group)[0])
 
@@ -384,7 +402,8 @@ class LabState:
                 "span": max((p["span"] for p in cached), default=0),
                 "committed_offset": broker_figures.get("committed_offset", -1),
                 "max_offset": broker_figures.get("max_offset", 0),
-                "time_lag_ms": broker_figures.get("time_lag_ms", 0),
+                # None: not known yet (an attached cluster that has not told it): never a 0.
+                "time_lag_ms": broker_figures.get("time_lag_ms") if broker_figures else None,
                 "inflight": broker_figures.get("inflight", 0) or sum(p["inflight"] for p in cached),
                 "owners": held_by,
             }
@@ -418,6 +437,7 @@ class LabState:
             "noop_rebalances": dict(group.noop_rebalances),
             "skipped": dict(group.skipped),   # queue -> messages retention deleted before they were consumed
             "handoffs": group.handoffs.snapshot(now_ms()),
+            "rebalance_totals": group.totals.snapshot(),
             "route_change": group.route_change and {**group.route_change,
                                                     "noticed": dict(group.route_change["noticed"])},
             "membership_log": [e.to_dict() for e in group.membership_log],

@@ -23,6 +23,7 @@ from .bus import LabError
 
 WINDOW_S = 15 * 60      # samples kept per group (one a second)
 SERIES_S = 5 * 60       # what the sparklines show
+UNKNOWN = -1            # a time lag not known (an attached cluster that has not told it yet)
 
 
 @dataclass(slots=True)
@@ -31,7 +32,7 @@ class Sample:
     labels: tuple[str, ...]
     owners: tuple[tuple[str, ...], ...]   # per label
     lag: array
-    time_lag_ms: array
+    time_lag_ms: array   # UNKNOWN where the snapshot says None
     cached: array
 
 
@@ -50,7 +51,7 @@ class GroupTimeline:
         self.samples.append(Sample(
             ts, labels, owners,
             array("q", (q.get("lag", 0) for q in queues.values())),
-            array("q", (q.get("time_lag_ms", 0) for q in queues.values())),
+            array("q", (UNKNOWN if q.get("time_lag_ms") is None else q["time_lag_ms"] for q in queues.values())),
             array("q", (q.get("cached_count", 0) for q in queues.values()))))
 
     def series(self, now_ms: int, seconds: int = SERIES_S) -> dict:
@@ -74,7 +75,7 @@ class GroupTimeline:
         return {
             "ts": [s.ts for s in recent],
             "total_lag": [sum(s.lag) for s in recent],
-            "time_lag_ms": [max(s.time_lag_ms, default=0) for s in recent],
+            "time_lag_ms": [_largest_time_lag(s) for s in recent],
             "queues": per_queue,
         }
 
@@ -88,9 +89,21 @@ class GroupTimeline:
         return {
             "ts": s.ts,
             "oldest_ts": stamps[0],
-            "queues": {label: {"owners": list(s.owners[j]), "lag": s.lag[j], "time_lag_ms": s.time_lag_ms[j],
+            "queues": {label: {"owners": list(s.owners[j]), "lag": s.lag[j], "time_lag_ms": _known(s.time_lag_ms[j]),
                                "cached_count": s.cached[j]} for j, label in enumerate(s.labels)},
         }
+
+
+def _known(time_lag: int) -> int | None:
+    return None if time_lag == UNKNOWN else time_lag
+
+
+def _largest_time_lag(sample: Sample) -> int | None:
+    """The sample's largest known time lag; None when it has queues and none was known."""
+    known = [t for t in sample.time_lag_ms if t != UNKNOWN]
+    if known:
+        return max(known)
+    return None if sample.time_lag_ms else 0
 
 
 def lag_series(group, seconds: int) -> dict:

@@ -77,6 +77,10 @@
     if (ms < 120000) return `${(ms / 1000).toFixed(1)} s`;
     return `${Math.round(ms / 60000)} min`;
   }
+  // A time lag the cluster has not told yet is null: "unknown", never a 0 that says caught up.
+  function fmtTimeLag(ms) {
+    return ms === null ? "unknown" : fmtMs(ms);
+  }
   // Locale formatting is slow enough to show in a frame's profile: remember what it gave.
   const clockTexts = new Map();
   function clock(ts) {
@@ -333,7 +337,7 @@
         // The broker reports a change once, and every member again from its own watch:
         // subjects are in joined/left (or client_id when the broker speaks).
         const what = e.change || e.reason;
-        const gone = e.left || ((what === "left" || what === "expired") && e.client_id ? [e.client_id] : []);
+        const gone = e.left || (["left", "expired", "closed"].includes(what) && e.client_id ? [e.client_id] : []);
         if (g) for (const cid of gone) delete g.assignments[cid];
         logEvent(e);
         break;
@@ -599,7 +603,7 @@
   }
 
   const changedCount = (r) => (r.changed || []).length + (r.added || []).length + (r.removed || []).length;
-  const isAlive = (g, cid) => !["stopped", "killed", "crashed", "left", "gone"].includes((g.clients[cid] || {}).status);
+  const isAlive = (g, cid) => !["stopped", "killed", "crashed", "left", "expired", "closed", "gone"].includes((g.clients[cid] || {}).status);
 
   // ------------------------------------------------------------------ assignment views
   //
@@ -648,7 +652,7 @@
     const who = g.mode === "pop" ? `received by ${facts.owners.join(", ") || "nobody recently"}`
       : facts.state === "owned" ? `owned by ${facts.owner}`
         : facts.state === "contested" ? `${facts.owners.length} owners: ${facts.owners.join(", ")}` : "unowned";
-    return [label, who, `lag ${fmt(q.lag)} · time lag ${fmtMs(q.time_lag_ms)}`,
+    return [label, who, `lag ${fmt(q.lag)} · time lag ${fmtTimeLag(q.time_lag_ms)}`,
       `cached ${fmt(totals.cached_count)} msgs · ${fmt(totals.cached_bytes / MIB, 1)} MiB · span ${fmt(totals.span)}`];
   }
 
@@ -676,7 +680,7 @@
     ["cached MiB", (t) => [fmt(t.cached_bytes / MIB, 1), t.cached_bytes / MIB >= THRESHOLDS.cached_mib]],
     ["span", (t) => [fmt(t.span), t.span >= THRESHOLDS.span]],
     ["lag", (t, q) => [q ? fmt(q.lag) : "–", false]],
-    ["time lag", (t, q) => [q ? fmtMs(q.time_lag_ms) : "–", false]],
+    ["time lag", (t, q) => [q ? fmtTimeLag(q.time_lag_ms) : "–", false]],
   ];
   const TREND = "lag, 5 min";
 
@@ -1291,10 +1295,10 @@
     if (!s) lagSeries.set(name, (s = { version: 0, ts: [], total: [], time: [], queues: new Map() }));
     const now = Date.now();
     const n = s.ts.length;
-    let total = 0, time = 0;
+    let total = 0, time = null;   // null: no queue's time lag known
     for (const [label, q] of Object.entries(g.queues)) {
       total += q.lag || 0;
-      time = Math.max(time, q.time_lag_ms || 0);
+      if (q.time_lag_ms !== null && q.time_lag_ms !== undefined) time = Math.max(time || 0, q.time_lag_ms);
       let values = s.queues.get(label);
       if (!values) s.queues.set(label, (values = new Array(n).fill(null)));
       values.push(q.lag || 0);
@@ -1355,7 +1359,7 @@
     }
     const [total, time] = host.children;
     setText(total.firstChild, `total lag ${fmt(s.total.at(-1))} (5 min peak ${fmt(Math.max(...s.total))})`);
-    setText(time.firstChild, `time lag ${fmtMs(s.time.at(-1))}`);
+    setText(time.firstChild, `time lag ${fmtTimeLag(s.time.at(-1))}`);
     drawSparkline(total.lastChild, s.total, 240, 28);
     drawSparkline(time.lastChild, s.time, 240, 28);
   }

@@ -1,0 +1,258 @@
+"""A cluster the lab did not start (``runlab --namesrv``): a separately started broker with
+a name server plays the cluster, a real controller is attached to it through ClusterAdmin,
+C++-client consumers started outside the lab form observed groups.
+
+* Time lag: the cluster tells none by itself, so the lab pulls the message at each
+  queue's committed offset (one, committing nothing) and reads its store time. A hung
+  consumer of the lab's own group, and an observed group frozen with SIGSTOP, both show
+  their backlog aging; a queue never shows 0 while its time lag is unknown.
+* Why a member went: the cluster only lists members; the lab names its own clients'
+  departures (stop: left, kill: closed, cut: expired) and an observed one that went silent
+  before the broker dropped it as expired."""
+import os
+import signal
+
+import pytest
+import pytest_asyncio
+
+from consumers_app.lab import bus
+from consumers_app.lab.cluster_admin import ClusterAdmin, attachment
+from consumers_app.lab.controller import LabController
+from consumers_app.lab.scenario import GroupSpec, Scenario
+
+from .brokers import BrokerProcess
+from .remoting_peers import Cpp, require_cpp
+from .support import async_wait_until, produce
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+OWN, WATCHED = "TopicOwn", "TopicWatched"
+# Past the C++ client's heartbeat interval (30 s): a live C++ consumer never expires, a
+# frozen one does; the lab's consumers heartbeat every second.
+EXPIRY_MS = 35_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("cluster"), topics=[f"{WATCHED}:4@broker-a"], remoting=True,
+                       extra_args=[f"--client-expiry-ms={EXPIRY_MS}", "--client-scan-ms=500"]) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    return tmp_path_factory.mktemp("recordings")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lab(cluster, recordings):
+    namesrv = cluster.namesrv
+    options = {"push": {"namesrv": namesrv, "heartbeat_interval_ms": 1000}, "producer": {"namesrv": namesrv}}
+    controller = LabController("", pool_size=1, flush_interval=0.05, poll_interval=0.5, observe_interval=0.5,
+                               client_options=options, recorder_root=recordings, admin=ClusterAdmin(namesrv), cluster=attachment(namesrv, ""))
+    controller.namesrv = namesrv
+    try:
+        await controller.start(Scenario(topics={OWN: {"broker-a": 4}}, producers={},
+                                        groups=(GroupSpec("GID_LAB", OWN, consumers=2),)))
+        yield controller
+    finally:
+        await controller.stop()
+        await controller.admin.close()
+
+
+@pytest.fixture
+def peers():
+    started = []
+    yield started
+    for peer in started:
+        peer.kill()   # SIGKILL ends a stopped (SIGSTOP) process too
+
+
+def view(lab, group):
+    return lab.state.snapshot()["groups"][group]
+
+
+async def test_a_hung_consumer_of_the_labs_own_group_shows_its_backlog_aging(lab, cluster):
+    await async_wait_until(lambda: len([q for q in view(lab, "GID_LAB")["queues"].values() if len(q["owners"]) == 1])
+                           == 4, timeout=30, message="GID_LAB's two consumers holding the four queues")
+    await produce(cluster.address, OWN, 40, batch=1)
+    await async_wait_until(lambda: all(q["lag"] == 0 and q["time_lag_ms"] == 0
+                                       for q in view(lab, "GID_LAB")["queues"].values()),
+                           timeout=30, message="everything consumed: no lag, a time lag of 0 (known)")
+    hung = sorted(view(lab, "GID_LAB")["assignments"])[0]
+    await bus.request("consumer", client_id=hung, action="hang")
+    held = view(lab, "GID_LAB")["assignments"][hung]
+    assert held
+    await produce(cluster.address, OWN, 40, batch=1)
+
+    def aged():
+        queues = view(lab, "GID_LAB")["queues"]
+        behind = [queues[label] for label in held if queues[label]["lag"] > 0]
+        return behind and all((q["time_lag_ms"] or 0) >= 5_000 for q in behind)
+
+    await async_wait_until(aged, timeout=30, message="the hung consumer's queues 5 s behind")
+    others = [q for label, q in view(lab, "GID_LAB")["queues"].items() if label not in held]
+    assert all(q["time_lag_ms"] is not None and q["time_lag_ms"] < 5_000 for q in others)
+    await bus.request("consumer", client_id=hung, action="resume")
+
+
+async def test_a_frozen_observed_group_with_a_backlog_shows_it_aging(lab, cluster, peers):
+    require_cpp()
+    group = "GID_FROZEN"
+    for _ in range(2):
+        peers.append(Cpp.consume(cluster.namesrv, group, WATCHED))
+    for peer in peers:
+        peer.wait_ready()
+    await bus.request("observe", group=group)
+    # Both hold their queues before anything is sent (a new group starts from the last offset).
+    await async_wait_until(lambda: len(view(lab, group)["members"]) == 2
+                           and all(len(q["owners"]) == 1 for q in view(lab, group)["queues"].values()),
+                           timeout=30, message="the two C++ consumers holding the four queues")
+    await produce(cluster.address, WATCHED, 20, batch=1)
+    await async_wait_until(lambda: sum(q["committed_offset"] for q in view(lab, group)["queues"].values()) == 20
+                           and all(q["time_lag_ms"] == 0 for q in view(lab, group)["queues"].values()),
+                           timeout=30, message="all 20 consumed and committed: time lag 0")
+    for peer in peers:
+        os.kill(peer.proc.pid, signal.SIGSTOP)
+    await produce(cluster.address, WATCHED, 20, batch=1)
+
+    def aged():
+        queues = view(lab, group)["queues"].values()
+        return all(q["lag"] > 0 and (q["time_lag_ms"] or 0) >= 5_000 for q in queues)
+
+    await async_wait_until(aged, timeout=30, message="every queue of the frozen group 5 s behind")
+
+    # Silent, then dropped by the broker after its channel expiry: expired, not left.
+    log = await async_wait_until(lambda: [e for e in view(lab, group)["membership_log"] if e["left"]],
+                                 timeout=EXPIRY_MS / 1000 + 30, message="the frozen members dropped")
+    assert {e["reason"] for e in log} == {"expired"}, log
+    assert {c["status"] for c in view(lab, group)["clients"].values()} == {"expired"}
+
+
+def departures(lab, group):
+    return {c: e["reason"] for e in view(lab, group)["membership_log"] for c in e["left"]}
+
+
+async def test_the_labs_own_members_read_left_closed_or_expired_as_they_went(lab):
+    added = [(await bus.request("add_consumer", group="GID_LAB", mode="push"))["client_id"] for _ in range(3)]
+    await async_wait_until(lambda: set(added) <= set(view(lab, "GID_LAB")["members"]), timeout=30,
+                           message="the three newcomers listed by the cluster")
+    said_goodbye, killed, cut = added
+    await bus.request("consumer", client_id=said_goodbye, action="stop")
+    await bus.request("consumer", client_id=killed, action="kill")
+    await bus.request("consumer", client_id=cut, action="cut")
+    gone = await async_wait_until(lambda: set(added) <= set(departures(lab, "GID_LAB"))
+                                  and departures(lab, "GID_LAB"), timeout=EXPIRY_MS / 1000 + 30,
+                                  message="all three dropped (the cut one after the expiry)")
+    assert {c: gone[c] for c in added} == {said_goodbye: "left", killed: "closed", cut: "expired"}
+
+
+async def test_an_observed_member_that_says_goodbye_reads_left(lab, cluster, peers):
+    require_cpp()
+    group = "GID_GOODBYE"
+    peers.extend(Cpp.consume(cluster.namesrv, group, WATCHED) for _ in range(2))
+    for peer in peers:
+        peer.wait_ready()
+    await bus.request("observe", group=group)
+    members = await async_wait_until(lambda: len(view(lab, group)["members"]) == 2 and view(lab, group)["members"],
+                                     timeout=30, message="both listed")
+    await async_wait_until(lambda: all(c["assignment_source"] == "client"
+                                       for c in view(lab, group)["clients"].values()),
+                           timeout=30, message="both answering running info")
+    peers[0].stop()   # SIGTERM: the C++ client shuts down and unregisters
+    gone = await async_wait_until(lambda: departures(lab, group), timeout=30, message="one member gone")
+    assert list(gone.values()) == ["left"] and set(gone) < set(members)
+    assert view(lab, group)["clients"][next(iter(gone))]["status"] == "left"
+
+
+class FakeCluster:
+    """Answers store_ts_at from a table; counts what it was asked."""
+
+    def __init__(self, store_ts: dict, failing=()):
+        self.store_ts, self.failing, self.asked = store_ts, set(failing), []
+
+    async def store_ts_at(self, address, group, mq, offset):
+        self.asked.append((mq.label, offset))
+        if mq.label in self.failing:
+            raise TimeoutError()
+        return self.store_ts.get((mq.label, offset))
+
+
+async def test_the_oldest_unconsumed_is_probed_once_per_offset_and_unknown_is_none_never_0():
+    from consumers_app.lab.observer import OldestUnconsumed
+    from consumers_app.message_queue import MessageQueue
+
+    a0, a1, a2 = (MessageQueue("T", "broker-a", i) for i in range(3))
+    fake = FakeCluster({("broker-a:0", 5): 1_000}, failing={"broker-a:2"})
+    oldest = OldestUnconsumed(fake)
+
+    def figures():
+        return {a0: {"min_offset": 0, "max_offset": 9, "committed_offset": 5},    # behind: probed
+                a1: {"min_offset": 0, "max_offset": 7, "committed_offset": 7},    # caught up: 0, not asked
+                a2: {"min_offset": 0, "max_offset": 3, "committed_offset": 1}}    # its probe fails: None
+    first = figures()
+    await oldest.fill("G", first, {"broker-a": "addr"})
+    assert {mq.label: f["oldest_unconsumed_store_ts"] for mq, f in first.items()} == {
+        "broker-a:0": 1_000, "broker-a:1": 0, "broker-a:2": None}
+    again = figures()
+    await oldest.fill("G", again, {"broker-a": "addr"})
+    assert again[a0]["oldest_unconsumed_store_ts"] == 1_000
+    # The committed offset did not move: asked once; the failed one is asked again.
+    assert fake.asked == [("broker-a:0", 5), ("broker-a:2", 1), ("broker-a:2", 1)]
+
+
+def recorded(root, kind: str, group: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    files = sorted((root / kind).rglob("*.parquet"))
+    return [row for f in files for row in pq.read_table(f).to_pylist() if row["group"] == group]
+
+
+async def test_an_observed_group_is_recorded_like_the_labs_own(lab, cluster, peers, recordings):
+    """Offsets with their owners, membership, assignments and hand-offs go into the
+    recordings the lag history computes from, as GID_LAB's do."""
+    import asyncio
+    import json
+
+    require_cpp()
+    group = "GID_RECORDED"
+    peers.append(Cpp.consume(cluster.namesrv, group, WATCHED))
+    peers[0].wait_ready()
+    await bus.request("observe", group=group)
+    [first] = await async_wait_until(lambda: view(lab, group)["members"], timeout=30, message="listed")
+    await async_wait_until(lambda: len(view(lab, group)["assignments"].get(first, ())) == 4, timeout=30,
+                           message="the one member holding all four queues")
+    peers.append(Cpp.consume(cluster.namesrv, group, WATCHED))
+    peers[1].wait_ready()
+    await async_wait_until(lambda: view(lab, group)["handoffs"]["totals"]["moved"] >= 1, timeout=60,
+                           message="queues handed to the newcomer")
+    await produce(cluster.address, WATCHED, 20, batch=1)
+    await async_wait_until(lambda: all(q["lag"] == 0 for q in view(lab, group)["queues"].values()), timeout=30,
+                           message="the 20 consumed")
+    looks = len(lab.state.groups[group].timeline.samples)
+    await async_wait_until(lambda: len(lab.state.groups[group].timeline.samples) >= looks + 3, timeout=30,
+                           message="three more looks")
+    looked_at = [s.ts for s in lab.state.groups[group].timeline.samples]
+    members = set(view(lab, group)["members"])
+
+    async def written(kind, ready):
+        """The group's rows of ``kind`` once ``ready(rows)``: the recording loop may hold some
+        on their way to the recorder when a flush comes."""
+        async def check():
+            await lab._record()
+            await asyncio.to_thread(lab._recorder.flush)
+            rows = recorded(recordings, kind, group)
+            return ready(rows) and rows
+        return await async_wait_until(check, timeout=10, message=f"the {kind} recorded")
+
+    # A row per queue every look (the last one's may still be on its way to the recorder).
+    rows = await written("snapshots", lambda rows: set(looked_at[:-1]) <= {r["ts"] for r in rows})
+    assert {(r["topic"], r["broker"], r["queue_id"]) for r in rows} == {(WATCHED, "broker-a", i) for i in range(4)}
+    assert all(sum(r["ts"] == ts for r in rows) == 4 for ts in looked_at[:-1])
+    assert {r["owner"] for r in rows if r["owner"]} == members
+    events = await written("events", lambda rows: {"membership", "assignment", "rebalance", "handoff"}
+                           <= {e["type"] for e in rows})
+    assert members <= {e["client_id"] for e in events if e["type"] == "assignment"}
+    handoffs = [e for e in events if e["type"] == "handoff"]
+    assert {e["client_id"] for e in handoffs} <= members
+    assert all(set(json.loads(e["fields"])["from_clients"]) <= members for e in handoffs)
