@@ -78,6 +78,7 @@ class Handoff:
     from_: list[str]
     added_ts: int
     rebalance: int
+    reason: str = ""                         # why the new owner rebalanced
     released_ts: int | None = None           # when the last of ``from_`` let go; None: not yet
     waiting: set[str] = field(default_factory=set)   # of ``from_``, who still holds it
     from_tenures: list[Tenure] = field(default_factory=list)   # the old owners' consumption
@@ -159,6 +160,7 @@ class GroupHandoffs:
         self._changed: dict[int, Handoff] = {}               # id() -> hand-offs whose figures moved
         self._episodes: dict[int, Rebalance] = {}            # id -> the rebalances kept
         self.silent: set[str] = set()                        # clients that report no consumed offsets (peers)
+        self.expired: set[str] = set()                       # clients the broker dropped: they hold nothing
         self._next_id = 1
 
     # -- holding ----------------------------------------------------------------------
@@ -180,10 +182,15 @@ class GroupHandoffs:
             self.held_by.pop(client, None)
 
     def _release(self, queue: str, client: str, ts: int) -> None:
+        """``client`` stopped consuming ``queue`` (let go, died, was killed, hung, cut or
+        expired): an overlap it was one of the two sides of ends here."""
         self.holding.get(queue, {}).pop(client, None)
         self.last_release[queue] = (client, ts)
         still = []
         for handoff in self.pending.get(queue, ()):
+            if client == handoff.to:
+                self._new_owner_let_go(handoff, ts)
+                continue
             handoff.waiting.discard(client)
             if handoff.waiting:
                 still.append(handoff)
@@ -194,6 +201,34 @@ class GroupHandoffs:
             self.pending[queue] = still
         else:
             self.pending.pop(queue, None)
+
+    def _new_owner_let_go(self, handoff: "Handoff", ts: int) -> None:
+        """The new owner let go before its old owners did. If none of them ever let go, the
+        queue never changed owner (a consumer's rebalance on a stale member list took it
+        for a moment): no move. Otherwise the overlap ends now."""
+        if handoff.waiting == set(handoff.from_):
+            self._withdraw(handoff)
+        else:
+            handoff.released_ts = ts
+            handoff.waiting = set()
+            self._touch(handoff)
+
+    def _withdraw(self, handoff: "Handoff") -> None:
+        if handoff.to_tenure is not None and handoff.to_tenure.into is handoff:
+            handoff.to_tenure.into = None
+        for tenure in handoff.from_tenures:
+            tenure.out_of = [h for h in tenure.out_of if h is not handoff]
+        self._changed.pop(id(handoff), None)
+        episode = self._episodes.get(handoff.rebalance)
+        if episode is None:
+            return
+        episode.moves = [m for m in episode.moves if m is not handoff]
+        if not episode.moves:
+            self.rebalances.remove(episode)
+            del self._episodes[episode.id]
+            return
+        episode.reasons = list(dict.fromkeys(m.reason for m in episode.moves if m.reason))
+        episode.changed = True
 
     def _acquire(self, queue: str, client: str, ts: int) -> None:
         holders = self.holding.setdefault(queue, {})
@@ -237,7 +272,7 @@ class GroupHandoffs:
             while len(self.rebalances) > MAX_REBALANCES:
                 self._episodes.pop(self.rebalances.popleft().id, None)
         episode.last_ts = max(episode.last_ts, ts)
-        reason = self.reasons.get(handoff.to)
+        reason = handoff.reason = self.reasons.get(handoff.to, "")
         if reason and reason not in episode.reasons:
             episode.reasons.append(reason)
         handoff.rebalance = episode.id
@@ -298,10 +333,14 @@ class GroupHandoffs:
                 tenure.out_of = [h for h in tenure.out_of if h.added_ts >= horizon]
 
     def take_changed(self, now_ms: int) -> list[dict]:
-        """The hand-offs whose figures moved since the last call, as they stand now (for
-        the event log: the lag history marks and compares them)."""
-        changed, self._changed = self._changed, {}
-        return [h.to_dict(now_ms, self.silent) | {"rebalance": h.rebalance} for h in changed.values()]
+        """The settled hand-offs whose figures moved since the last call, as they stand now
+        (for the event log: the lag history marks and compares them)."""
+        # Only settled moves: one whose new owner lets go before its old owner did may yet
+        # turn out no move at all (_new_owner_let_go), and the log cannot take it back.
+        settled = {k: h for k, h in self._changed.items() if h.released_ts is not None}
+        for key in settled:
+            del self._changed[key]
+        return [h.to_dict(now_ms, self.silent) | {"rebalance": h.rebalance} for h in settled.values()]
 
     def snapshot(self, now_ms: int, limit: int = 60) -> dict:
         """Totals over the window and the latest ``limit`` rebalances (summaries)."""

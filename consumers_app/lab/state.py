@@ -157,6 +157,7 @@ class LabState:
                 if client.group in self.groups:
                     self.groups[client.group].route_seen.pop(client_id, None)
                     self.groups[client.group].noop_rebalances.pop(client_id, None)
+                    self.groups[client.group].handoffs.expired.discard(client_id)
         dropped = []
         occupied = {c.group for c in self.clients.values()}
         for name, group in list(self.groups.items()):
@@ -208,7 +209,7 @@ class LabState:
         client = self.clients.get(client_id)
         if client is not None and client.client != "ours":
             group.handoffs.silent.add(client_id)   # a peer: its duplicates cannot be measured
-        consuming = client is None or client.status in ("starting", "running")
+        consuming = (client is None or client.status in ("starting", "running")) and client_id not in group.handoffs.expired
         group.handoffs.set_holding(client_id, group.assignments.get(client_id, ()) if consuming else (), ts, reason)
 
     # -- events ------------------------------------------------------------------
@@ -256,6 +257,7 @@ class LabState:
             # Every consumer repeats the notices it hears; the log keeps the broker's own.
             if event.source == "broker":
                 group.membership_log.append(event)
+                self._expiry(group, event)
         elif isinstance(event, FlowControlEvent):
             group.flow_control.append(event)
         elif isinstance(event, ConsumeEvent):
@@ -295,6 +297,17 @@ class LabState:
                 g.route_change = {"ts": event.ts, "change": event.change, "broker": event.broker or "",
                                   "noticed": {c: ts - event.ts for c, ts in g.route_seen.items()
                                               if ts >= event.ts}}
+
+    def _expiry(self, group: GroupState, event: MembershipEvent) -> None:
+        """The broker dropped a member (expired it, or it left): whatever the lab last heard
+        from it, it holds nothing for its group any more, until the broker lists it again."""
+        for client_id in event.left or ():
+            group.handoffs.expired.add(client_id)
+            self._holding_changed(group, client_id, event.ts)
+        for client_id in event.joined or ():
+            if client_id in group.handoffs.expired:
+                group.handoffs.expired.discard(client_id)
+                self._holding_changed(group, client_id, event.ts)
 
     @staticmethod
     def _apply_fault(client: ClientState, event: FaultEvent) -> None:
