@@ -242,7 +242,9 @@ class LabController:
         for event in events:
             self.state.apply(event)
         if self._recorder is not None:
-            self._unrecorded += events
+            # A consumer's own "strategy" fault says when it switched (the live page shows
+            # it); the event log keeps the group's one switch (action_set_strategy).
+            self._unrecorded += [e for e in events if not (e.type == "fault" and e.fault == "strategy" and e.client_id)]
         if self._waiters and any(e.type not in FIGURE_TYPES for e in events):
             for condition, future in self._waiters:
                 if not future.done() and condition():
@@ -460,9 +462,12 @@ class LabController:
         name, options = self._valid_strategy(strategy, options)
         target = self._valid_group(group)
         target.strategy = name
+        clients = self._live_clients(group)
+        # One switch of the group, whatever its size: the lag history counts and marks this one.
+        self.emit("fault", group, "", fault="strategy", strategy=name, clients=clients)
         await asyncio.gather(*(
             self._command(client_id, "consumer", action="set_strategy", strategy=name, options=options)
-            for client_id in self._live_clients(group)))
+            for client_id in clients))
         await self._settle(group)
         return self.state.snapshot()
 
