@@ -298,3 +298,44 @@ def test_the_event_log_gets_a_move_once_it_is_settled():
     h.set_holding("A", [], T0 + 300)
     (logged,) = h.take_changed(T0 + 400)
     assert (logged["queue"], logged["overlap_ms"], logged["overlap_ongoing"]) == ("b:0", 200, False)
+
+
+# -- the 15-minute story survives a restart
+
+
+def test_the_story_survives_a_restart_through_its_file(tmp_path):
+    from consumers_app.lab.persistence import HandoffStory
+
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0", "b:1"], T0)
+    h.consumed_ranges("A", "b:0", [[0, 10]], T0)
+    h.set_holding("A", ["b:1"], T0 + 10)
+    h.set_holding("B", ["b:0", "b:1"], T0 + 20)     # b:0 after a gap, b:1 overlapping (A still holds it)
+    h.consumed_ranges("B", "b:0", [[5, 15]], T0 + 30)
+    before = h.snapshot(T0 + 1000)
+    story = HandoffStory(tmp_path / "handoffs.json")
+    assert story.save({"G": h.saved(T0 + 1000)}) and not story.save({"G": h.saved(T0 + 1000)})
+
+    again = GroupHandoffs()
+    again.restore(HandoffStory(tmp_path / "handoffs.json").load()["G"], T0 + 60_000)
+    after = again.snapshot(T0 + 60_000)
+    assert after["totals"] == {**before["totals"], "overlap_ms": 980}   # the overlap ended at the stop
+    assert after["rebalances"][0]["overlap_ongoing"] is False
+    assert {m["queue"]: m["duplicates"] for m in again.detail(1, T0 + 60_000)["moves"]} == {"b:0": 5, "b:1": 0}
+    # This run's rebalances are new ones, numbered after the saved.
+    again.set_holding("C", ["b:2"], T0 + 61_000)
+    again.set_holding("C", [], T0 + 61_100)
+    again.set_holding("D", ["b:2"], T0 + 61_200)
+    assert [r["id"] for r in again.snapshot(T0 + 62_000)["rebalances"]] == [1, 2]
+    # Past the window, it is gone like any other.
+    assert GroupHandoffs().snapshot(T0)["rebalances"] == []
+    late = GroupHandoffs()
+    late.restore(story.load()["G"], T0 + 20 * 60_000)
+    assert late.snapshot(T0 + 20 * 60_000)["rebalances"] == []
+
+
+def test_an_unreadable_story_file_is_ignored(tmp_path):
+    from consumers_app.lab.persistence import HandoffStory
+
+    (tmp_path / "handoffs.json").write_text("[1, 2")
+    assert HandoffStory(tmp_path / "handoffs.json").load() == {}

@@ -56,6 +56,21 @@ log = logging.getLogger(__name__)
 
 OK = 20000
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,120}$")   # RocketMQ's valid group/topic characters
+GROUP_NAME_MAX = 120   # its retry topic, %RETRY% + the name, must fit RocketMQ's 127 characters of a topic
+
+
+def group_name_problem(name) -> str | None:
+    """What is wrong with ``name`` as a group name, naming the rule it breaks; None: nothing."""
+    if not isinstance(name, str) or not name:
+        return f"a group name is 1 to {GROUP_NAME_MAX} characters, not {name!r}"
+    if len(name) > GROUP_NAME_MAX:
+        return (f"group name is {len(name)} characters long: at most {GROUP_NAME_MAX} "
+                f"(its retry topic %RETRY%NAME must fit RocketMQ's 127)")
+    bad = sorted({ch for ch in name if not GROUP_NAME.match(ch)})
+    if bad:
+        return (f"group name {name!r} has {' '.join(map(repr, bad))}: use only letters, digits, '_', '-', '%' or '|' "
+                f"(at most {GROUP_NAME_MAX} characters)")
+    return None
 MAX_RATE = 50_000
 MAX_BURST = 100_000
 # Figures superseded by the next report: they never settle an action.
@@ -81,7 +96,7 @@ class LabController:
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
                  gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0,
                  limits: Limits = Limits(), recordings_hours: float = 24, disk: DiskPlaces | None = None,
-                 admin=None, cluster: dict | None = None):
+                 admin=None, cluster: dict | None = None, handoff_story=None):
         # The embedded broker's gRPC address; attached to a cluster, its proxy's (pop only).
         self.broker_address = broker_address
         self.limits = limits
@@ -130,6 +145,10 @@ class LabController:
         self._remoting: RemotingClient | None = None   # to ask peers what only remoting carries
         # Groups watched on the cluster (observer.py) are asked this often (seconds).
         self.observe_interval = observe_interval
+        # Where the groups' last 15 minutes of hand-offs are kept across restarts
+        # (persistence.HandoffStory), if anywhere; what it held waits for its group to exist.
+        self.handoff_story = handoff_story
+        self._saved_handoffs: dict[str, dict] = {}
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -138,6 +157,8 @@ class LabController:
         if self.admin is None:
             self._channel = grpc.aio.insecure_channel(self.broker_address)
             self.admin = lab_grpc.LabAdminStub(self._channel)
+        if self.handoff_story is not None:
+            self._saved_handoffs = await asyncio.to_thread(self.handoff_story.load)
         await self.supervisor.start()
         await self.refresh_topology()
         await asyncio.gather(*(self.supervisor.spawn() for _ in range(self.pool_size)))
@@ -152,6 +173,8 @@ class LabController:
             await self.run_scenario(scenario)
         if self.memory is not None:
             self._tasks.append(asyncio.create_task(self.memory.keep(self.desired_scenario), name="lab-memory"))
+        if self.handoff_story is not None:
+            self._tasks.append(asyncio.create_task(self.handoff_story.keep(self.handoff_stories), name="lab-handoffs"))
         # Only now: a request never interleaves with setting the scenario up.
         self._tasks.append(asyncio.create_task(bus.serve(self.handle), name="lab-requests"))
 
@@ -222,6 +245,14 @@ class LabController:
         return Scenario(topics=topics, producers={t: p["rate"] for t, p in self.state.producers.items()},
                         groups=tuple(groups),
                         offline_brokers=tuple(sorted(b for b, online in self.state.brokers.items() if not online)))
+
+    def handoff_stories(self) -> dict[str, dict]:
+        """The lab's own groups' hand-offs of the window, to save (observed groups are the
+        cluster's: not ours to remember)."""
+        now = now_ms()
+        stories = {name: g.handoffs.saved(now) for name, g in self.state.groups.items() if not g.observed}
+        # A saved group not started again (yet) keeps its story until the window forgets it.
+        return {**{n: s for n, s in self._saved_handoffs.items() if n not in stories}, **stories}
 
     def collect_garbage(self) -> None:
         """Forget consumers gone for longer than the grace period and groups left empty."""
@@ -504,8 +535,8 @@ class LabController:
         return self.state.snapshot()
 
     async def action_add_consumer(self, group, mode=None, topic=None, strategy=None, client=OURS) -> dict:
-        if not isinstance(group, str) or not GROUP_NAME.match(group):
-            raise bus.LabError(f"bad group name {group!r}: use letters, digits, '_', '-', '%' or '|'")
+        if (problem := group_name_problem(group)) is not None:
+            raise bus.LabError(problem)
         if client not in available_clients():
             raise bus.LabError(f"unknown or uninstalled client {client!r}; available: {', '.join(available_clients())}")
         if client != OURS:
@@ -637,8 +668,8 @@ class LabController:
     async def action_observe(self, group) -> dict:
         """Watch a group the lab did not start: its members, their queues and lag, as the
         cluster tells (observer.py); read-only. Watching it again changes nothing."""
-        if not isinstance(group, str) or not GROUP_NAME.match(group):
-            raise bus.LabError(f"bad group name {group!r}: use letters, digits, '_', '-', '%' or '|'")
+        if (problem := group_name_problem(group)) is not None:
+            raise bus.LabError(problem)
         existing = self.state.groups.get(group)
         if existing is not None:
             if not existing.observed:
@@ -791,6 +822,12 @@ class LabController:
 
     def _create_group(self, name: str, topic: str, mode: str, strategy: str):
         group = self.state.add_group(name, topic, mode, strategy)
+        saved = self._saved_handoffs.pop(name, None)
+        if saved is not None:
+            try:
+                group.handoffs.restore(saved, now_ms())
+            except (KeyError, TypeError, ValueError) as exc:   # written by another version
+                log.warning("ignoring the saved hand-offs of %s: %s", name, exc)
         if name not in self._watchers:
             self._watchers[name] = asyncio.create_task(self._watch_membership(name), name=f"lab-watch-{name}")
         return group

@@ -18,7 +18,8 @@ Measured, not estimated:
   hand-off, less its lag just before.
 
 Hand-offs close together (3 s) form one *rebalance*: the page draws those, and a click
-shows their hand-offs. Everything older than the window (15 min) is forgotten. Pure: the
+shows their hand-offs. Everything older than the window (15 min) is forgotten; what is in
+it is saved at the lab's stop and restored at its start (``saved``/``restore``). Pure: the
 caller passes every timestamp (ms since the epoch).
 """
 from collections import deque
@@ -144,6 +145,26 @@ class Rebalance:
         return {**self.summary(now_ms, silent), "moves": [m.to_dict(now_ms, silent) for m in self.moves]}
 
 
+class SavedRebalance:
+    """A rebalance of an earlier run of the lab (saved at its stop, see ``GroupHandoffs.saved``):
+    its figures as they stood then, final. An overlap still running at the stop ended there:
+    the lab's consumers let go as it stopped."""
+
+    def __init__(self, detail: dict, stopped_ts: int):
+        moves = [{**m, "released_ts": m["released_ts"] if m["released_ts"] is not None else stopped_ts,
+                  "overlap_ongoing": False} for m in detail["moves"]]
+        self.id, self.ts, self.last_ts = detail["id"], detail["ts"], detail["end_ts"]
+        self._detail = {**detail, "moves": moves, "overlap_ongoing": False,
+                        "overlap_ms": max((m["overlap_ms"] for m in moves), default=0)}
+        self._summary = {k: v for k, v in self._detail.items() if k != "moves"}
+
+    def summary(self, now_ms: int, silent=frozenset()) -> dict:
+        return self._summary
+
+    def detail(self, now_ms: int, silent=frozenset()) -> dict:
+        return self._detail
+
+
 class GroupHandoffs:
     """One group's queues: holders, consumed ranges, hand-offs and rebalances."""
 
@@ -263,7 +284,7 @@ class GroupHandoffs:
     def _file(self, handoff: Handoff) -> None:
         ts = handoff.added_ts
         episode = self.rebalances[-1] if self.rebalances else None
-        if (episode is None or ts - episode.last_ts > EPISODE_QUIET_MS or ts - episode.ts > EPISODE_MAX_MS
+        if (episode is None or isinstance(episode, SavedRebalance) or ts - episode.last_ts > EPISODE_QUIET_MS or ts - episode.ts > EPISODE_MAX_MS
                 or len(episode.moves) >= EPISODE_MAX_MOVES):
             episode = Rebalance(self._next_id, ts, ts)
             self._next_id += 1
@@ -352,12 +373,30 @@ class GroupHandoffs:
                 "rebalances": len(summaries),
                 "moved": sum(s["moved"] for s in summaries),
                 "duplicates": sum(s["duplicates"] for s in summaries),
+                "unmeasured": sum(s.get("unmeasured", 0) for s in summaries),   # moves to or from a peer
                 "gap_ms": max((s["gap_ms"] for s in summaries), default=0),
                 "overlap_ms": max((s["overlap_ms"] for s in summaries), default=0),
                 "lag_spike": max(spikes, default=None),
             },
             "rebalances": summaries[-limit:],
         }
+
+    def saved(self, now_ms: int) -> dict:
+        """The window's rebalances with their hand-offs, for the next run of the lab
+        (``restore``): the 15-minute story survives a restart."""
+        self.forget_before(now_ms)
+        return {"saved_ts": now_ms, "next_id": self._next_id,
+                "rebalances": [r.detail(now_ms, self.silent) for r in self.rebalances]}
+
+    def restore(self, saved: dict, now_ms: int) -> None:
+        """Take back what ``saved`` gave (before any hand-off of this run): rebalances
+        still inside the window, final; new ones are numbered after them."""
+        kept = [SavedRebalance(d, saved["saved_ts"]) for d in saved.get("rebalances", ())
+                if d["end_ts"] >= now_ms - self.window_ms]
+        self.rebalances.extendleft(reversed(kept))
+        for r in kept:
+            self._episodes[r.id] = r
+        self._next_id = max(self._next_id, saved.get("next_id", 1), *(r.id + 1 for r in kept))
 
     def detail(self, rebalance_id: int, now_ms: int) -> dict | None:
         rebalance = self._episodes.get(rebalance_id)

@@ -542,10 +542,7 @@
     setText(card.querySelector(".topic"), g.topic ? `on ${g.topic}` : "");
     setSelect(card.querySelector('[data-control="strategy"]'), g.strategy);
     setSelect(card.querySelector('[data-control="mode"]'), g.mode);
-    const r = g.lastRebalance;
-    setText(card.querySelector('[data-role="last-rebalance"]'), r
-      ? `Last rebalance that moved queues ${clock(r.ts)}${r.client_id ? ` by ${r.client_id}` : ""}: ${r.reason || "periodic"} · ${fmtMs(r.duration_ms)} · ${changedCount(r)} queue(s) changed`
-      : "No rebalance has moved a queue yet.");
+    setText(card.querySelector('[data-role="last-rebalance"]'), lastRebalanceLine(g));
     showNoopRebalances(card.querySelector('[data-role="noop-rebalances"]'), g);
     showHandoffs(card, g);
     setText(card.querySelector('[data-role="route-change"]'), routeChangeLine(g));
@@ -1418,13 +1415,36 @@
   function handoffTotalsLine(t) {
     if (!t.rebalances) return "Last 15 min: no rebalance moved a queue.";
     return `Last 15 min: ${plural(t.rebalances, "rebalance")} moved ${plural(t.moved, "queue")} · ` +
-      `${plural(t.duplicates, "message")} consumed twice · longest gap ${fmtMs(t.gap_ms)} · longest overlap ${fmtMs(t.overlap_ms)}` +
+      `${duplicatesText(t)} · longest gap ${fmtMs(t.gap_ms)} · longest overlap ${fmtMs(t.overlap_ms)}` +
       (t.lag_spike !== null && t.lag_spike !== undefined ? ` · biggest lag spike ${fmt(t.lag_spike)}` : "");
+  }
+
+  // The consumed-twice figure as every place words it: a move to or from a peer (which
+  // reports no consumed offsets) is "not measured", never a 0 that would claim none.
+  function duplicatesText(r) {
+    const measured = r.moved - (r.unmeasured || 0);
+    if (!measured) return "consumed twice: not measured (moves to or from a peer)";
+    return `${plural(r.duplicates, "message")} consumed twice` +
+      (r.unmeasured ? ` (${plural(r.unmeasured, "move")} to or from a peer not measured)` : "");
   }
 
   function rebalanceTitle(r) {
     return [`${clock(r.ts)} ${r.reason || "rebalance"}`, `${plural(r.moved, "queue")} moved among ${r.clients.join(", ")}`,
-      `${plural(r.duplicates, "message")} consumed twice · gap ${fmtMs(r.gap_ms)} · overlap ${fmtMs(r.overlap_ms)}`].join("\n");
+      `${duplicatesText(r)} · gap ${fmtMs(r.gap_ms)} · overlap ${fmtMs(r.overlap_ms)}${r.overlap_ongoing ? " (ongoing)" : ""}`].join("\n");
+  }
+
+  // The header and the totals line read the same record (the hand-offs of the window), so
+  // they never disagree; a consumer's rebalance that only took queues nobody held (its
+  // start) moved none, and says so.
+  function lastRebalanceLine(g) {
+    const rebalances = g.handoffs.rebalances || [];
+    const r = rebalances[rebalances.length - 1];
+    if (r) return `Last rebalance that moved queues ${clock(r.ts)}: ${r.reason || "rebalance"} · ` +
+      `${plural(r.moved, "queue")} moved among ${r.clients.join(", ")}`;
+    const c = g.lastRebalance;
+    return "No rebalance has moved a queue in the last 15 min." + (c
+      ? ` Last assignment change ${clock(c.ts)}${c.client_id ? ` by ${c.client_id}` : ""}: ${c.reason || "periodic"} · ${changedCount(c)} queue(s) taken or released, none from another consumer`
+      : "");
   }
 
   function showHandoffs(card, g) {
@@ -1452,7 +1472,7 @@
       setClass(mark, "dupes", r.duplicates > 0);
       setClass(mark, "open", Boolean(open) && open.id === r.id);
       setAttr(mark, "title", rebalanceTitle(r));
-      setAttr(mark, "aria-label", `rebalance at ${clock(r.ts)}: ${plural(r.moved, "queue")} moved, ${plural(r.duplicates, "duplicate")}`);
+      setAttr(mark, "aria-label", `rebalance at ${clock(r.ts)}: ${plural(r.moved, "queue")} moved, ${duplicatesText(r)}`);
       setStyle(mark, `left:${Math.max(0, Math.min(100, 100 - ((now - r.ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`);
       // An open rebalance whose figures moved on (the new owner caught up): ask again.
       if (open && open.id === r.id && !open.loading && open.stamp !== `${r.moved}|${r.duplicates}|${r.gap_ms}|${r.overlap_ms}|${r.lag_spike}`) {
@@ -1504,9 +1524,8 @@
     const head = el("p", { class: "handoff-summary", "data-role": "handoff-summary", "data-rebalance-id": String(r.id),
       "data-duplicates": String(r.duplicates), "data-moved": String(r.moved) },
       el("b", {}, `Rebalance at ${clock(r.ts)}`), ` (${r.reason || "rebalance"}): ${plural(r.moved, "queue")} moved, `,
-      el("b", {}, `${plural(r.duplicates, "message")} consumed twice`),
-      ` · gap up to ${fmtMs(r.gap_ms)} · overlap up to ${fmtMs(r.overlap_ms)}` +
-        (r.unmeasured ? ` · ${plural(r.unmeasured, "move")} to or from a peer not measured` : ""),
+      el("b", {}, duplicatesText(r)),
+      ` · gap up to ${fmtMs(r.gap_ms)} · overlap up to ${fmtMs(r.overlap_ms)}`,
       el("button", { type: "button", class: "close", "data-action": "close-handoff", onclick: () => closeHandoff(card, name) }, "Close"));
     const why = el("p", { class: "handoff-why" },
       "Each consumer rebalances on its own. The new owner starts at the committed offset, so what the old owner consumed " +
