@@ -46,11 +46,20 @@
     const i = label.lastIndexOf(":");
     return [label.slice(0, i), Number(label.slice(i + 1))];
   }
-  // The palette first; past it, hues spread by the golden angle (two lightnesses), so that
-  // 64 or 128 consumers still get colours of their own rather than the palette's again.
+  // A consumer's colour follows from its id alone, so it keeps it for its life whoever comes
+  // and goes (and after a reload): the lab's cN is the palette's Nth; past the palette, and
+  // for other clients' ids (a hash), hues spread by the golden angle (two lightnesses), so
+  // that 64 or 128 consumers still get colours of their own rather than the palette's again.
+  function colourNumber(clientId) {
+    const lab = /^c(\d+)$/.exec(clientId);
+    if (lab) return Number(lab[1]) - 1;
+    let hash = 0;
+    for (const ch of clientId) hash = (hash * 31 + ch.codePointAt(0)) >>> 0;
+    return PALETTE.length + (hash % 4093);
+  }
   function colourOf(clientId) {
     if (!colours.has(clientId)) {
-      const n = colours.size;
+      const n = colourNumber(String(clientId));
       colours.set(clientId, n < PALETTE.length ? PALETTE[n]
         : `hsl(${Math.round((n * 137.508) % 360)} ${n % 2 ? 55 : 70}% ${n % 3 ? 45 : 60}%)`);
     }
@@ -482,8 +491,12 @@
 
   function buildConsumerControls(name) {
     const who = el("select", { name: "client_id", "aria-label": "consumer" });
+    who.addEventListener("change", () => {
+      const card = who.closest(".group");
+      if (card && lab.groups[name]) showConsumerFaults(card, lab.groups[name]);
+    });
     const act = (action, body = {}) => (event) => {
-      if (!who.value) return showError("Pick a consumer first.");
+      if (!who.value) return showError("Pick a consumer first.", event.currentTarget);
       callApi(`/api/consumers/${encodeURIComponent(who.value)}/${action}`, body instanceof Function ? body() : body, event.currentTarget);
     };
     const ms = el("input", { type: "number", name: "ms", min: 0, step: 50, value: 200, "aria-label": "ms per message" });
@@ -565,12 +578,31 @@
         if (alive.includes(keep)) who.value = keep;
       }
     }
+    showConsumerFaults(card, g);
     // "Add" offers the group's own mode; a different pick stays until the group's mode changes.
     const addMode = card.querySelector('select[data-role="add-mode"]');
     if (addMode && addMode.dataset.groupMode !== g.mode) {
       addMode.dataset.groupMode = g.mode;
       addMode.value = g.mode;
     }
+  }
+
+  // An input shows the value in force: set again whenever that value changes (or the thing
+  // it is about does), and left alone while the user types a new one.
+  function showInForce(input, value, about) {
+    if (!input || value === undefined || value === null) return;
+    const stamp = `${about}|${value}`;
+    if (input.dataset.inForce === stamp || document.activeElement === input) return;
+    input.dataset.inForce = stamp;
+    input.value = String(value);
+  }
+
+  function showConsumerFaults(card, g) {
+    const who = card.querySelector('select[name="client_id"]');
+    const c = who && g.clients[who.value];
+    if (!c) return;
+    showInForce(card.querySelector('input[name="ms"]'), c.slow_ms || 0, who.value);
+    showInForce(card.querySelector('input[name="ratio"]'), c.fail_ratio || 0, who.value);
   }
 
   // Consumers learn of queue and broker changes only from their route refresh (every
@@ -649,11 +681,19 @@
       `cached ${fmt(totals.cached_count)} msgs · ${fmt(totals.cached_bytes / MIB, 1)} MiB · span ${fmt(totals.span)}`];
   }
 
+  // A long client id (a peer's 192.0.2.2@ali-ons-13877) shortened to its ends, the whole on
+  // hover: the matrix stays inside its card.
+  const CID_MAX = 14;
+  function cidLabel(cid) {
+    const short = cid.length > CID_MAX ? `${cid.slice(0, 6)}…${cid.slice(-6)}` : cid;
+    return el("span", { class: "cid", title: short === cid ? null : cid, "data-cid": cid }, short);
+  }
+
   // A consumer's row head in the matrix: swatch, id, status, faults, which client it is.
   function consumerLabel(cid, c, status) {
     const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean).join(" · ");
     return [
-      el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
+      el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), cidLabel(cid),
       status !== "running" ? el("span", { class: `status ${status}` }, status) : null,
       c.client === "outside" ? el("span", { class: "peer", "data-role": "outside-client",
         title: c.assignment_source === "unknown" ? `${c.note}: its queues are unknown; lag comes from the broker's stats`
@@ -952,7 +992,7 @@
         entry.shownLook = look;
         const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean);
         entry.title = [`${cid}: ${status}`, `${count} queue(s)`, noopText(noops), ...faults, c.client && c.client !== "ours" ? c.client : ""].filter(Boolean).join(" · ");
-        entry.replaceChildren(el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
+        entry.replaceChildren(el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), cidLabel(cid),
           el("span", { class: "count" }, String(count)), ...(status !== "running" ? [el("span", { class: `status ${status}` }, status)] : []));
       }
     }
@@ -1120,7 +1160,9 @@
 
   function renderLabControls() {
     if (!canControl) return;
-    const topics = Object.keys(lab.topics).sort(javaOrder);
+    // The user's topics only: a group's %RETRY% and %DLQ% topics are the broker's, never a
+    // target of a rate, a burst or a queue change (and sort first in Java's order).
+    const topics = Object.keys(lab.topics).filter((t) => !isSystemTopic(t)).sort(javaOrder);
     for (const select of document.querySelectorAll(".topic-select")) {
       const values = [...select.options].map((o) => o.value).join(",");
       if (values !== topics.join(",")) {
@@ -1153,9 +1195,12 @@
     updateProducerRate();
   }
 
+  const isSystemTopic = (t) => t.startsWith("%RETRY%") || t.startsWith("%DLQ%") || t.startsWith("%SYS%");
+
   function updateProducerRate() {
     const topic = document.querySelector("#producer-form .topic-select").value;
     const producer = lab.producers[topic];
+    showInForce(document.querySelector('#producer-form input[name="rate"]'), producer ? producer.rate : 0, topic);
     setText(document.getElementById("producer-rate"), producer && producer.rate !== undefined ? `now ${fmt(producer.rate)} msg/s` : "");
   }
 
@@ -1190,14 +1235,14 @@
       const answer = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
       if (previews.get(name) !== entry) return;   // cancelled, or a newer pick
       if (!response.ok) {
-        showError(answer.error || `${response.status} ${response.statusText}`);
+        showError(answer.error || `${response.status} ${response.statusText}`, select);
         return closePreview(card, name);
       }
       Object.assign(entry, { answer, moves: new Map(answer.moves.map((m) => [m.queue, m])), loading: false });
       showPreview(card, name, entry);
     } catch (err) {
       if (previews.get(name) !== entry) return;
-      showError(`Request failed: ${err.message}`);
+      showError(`Request failed: ${err.message}`, select);
       closePreview(card, name);
     }
   }
@@ -1455,16 +1500,35 @@
     setData(line, "moved", String(totals.moved || 0));
     const strip = card.querySelector('[data-role="rebalances"]');
     const now = Date.now();
-    const wanted = new Set(rebalances.map((r) => String(r.id)));
-    for (const mark of [...strip.children]) if (!wanted.has(mark.dataset.rebalanceId)) mark.remove();
+    const left = (ts) => `left:${Math.max(0, Math.min(100, 100 - ((now - ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`;
+    // Marks closer than CLUSTER_MS are one cluster (a button with their count, listing them
+    // on a click): marks on top of each other would hide all but the top one, and it
+    // would swallow the clicks. The clusters follow from the times alone: stable as the
+    // strip scrolls, rebuilt only when a rebalance comes or goes.
+    const clusters = clustersOf(rebalances);
+    const shape = clusters.map((c) => c.map((r) => r.id).join(",")).join("|");
+    if (strip.dataset.shape !== shape) {
+      const openList = strip.querySelector('.rebalance-cluster:not(.closed)')?.dataset.ids;
+      strip.dataset.shape = shape;
+      strip.replaceChildren(...clusters.map((c) => (c.length === 1 ? rebalanceMark(card, g.name)
+        : rebalanceCluster(card, g.name, c, openList))));
+    }
     const open = openRebalance.get(g.name);
-    for (const r of rebalances) {
-      let mark = strip.querySelector(`[data-rebalance-id="${r.id}"]`);
-      if (!mark) {
-        mark = el("button", { type: "button", class: "rebalance-mark", "data-rebalance-id": String(r.id),
-          onclick: () => openHandoff(card, g.name, r.id) });
-        strip.append(mark);
-      }
+    for (const cluster of strip.querySelectorAll(".rebalance-cluster")) {
+      const members = rebalances.filter((r) => cluster.dataset.ids.split(",").includes(String(r.id)));
+      const head = cluster.querySelector(".rebalance-cluster-head");
+      setStyle(cluster, left(members[0].ts));
+      setClass(cluster, "late", now - members[0].ts < HANDOFF_WINDOW_MS / 2);   // its list opens leftwards
+      setClass(cluster, "dupes", members.some((r) => r.duplicates > 0));
+      setAttr(head, "title", `${members.length} rebalances ${clock(members[0].ts)}–${clock(members[members.length - 1].ts)}, ` +
+        `${plural(members.reduce((n, r) => n + r.moved, 0), "queue")} moved: click for the list`);
+    }
+    const marks = [...strip.querySelectorAll(".rebalance-mark")];
+    rebalances.forEach((r, i) => {
+      const mark = marks[i];
+      const inCluster = Boolean(mark.closest(".rebalance-cluster"));
+      mark.onclick = () => openHandoff(card, g.name, r.id);
+      setData(mark, "rebalanceId", String(r.id));
       setData(mark, "ts", String(r.ts));
       setData(mark, "endTs", String(r.end_ts));
       setData(mark, "duplicates", String(r.duplicates));
@@ -1473,13 +1537,45 @@
       setClass(mark, "open", Boolean(open) && open.id === r.id);
       setAttr(mark, "title", rebalanceTitle(r));
       setAttr(mark, "aria-label", `rebalance at ${clock(r.ts)}: ${plural(r.moved, "queue")} moved, ${duplicatesText(r)}`);
-      setStyle(mark, `left:${Math.max(0, Math.min(100, 100 - ((now - r.ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`);
+      setText(mark, inCluster ? `${clock(r.ts)} ${r.reason || "rebalance"} · ${r.moved} moved` : "");
+      setStyle(mark, inCluster ? "" : left(r.ts));
       // An open rebalance whose figures moved on (the new owner caught up): ask again.
       if (open && open.id === r.id && !open.loading && open.stamp !== `${r.moved}|${r.duplicates}|${r.gap_ms}|${r.overlap_ms}|${r.lag_spike}`) {
         openHandoff(card, g.name, r.id, true);
       }
-    }
+    });
     setClass(strip, "no-rebalances", !rebalances.length);   // not "empty": that class is the groups' placeholder
+  }
+
+  const CLUSTER_MS = HANDOFF_WINDOW_MS * 0.02;   // 18 s: 2% of the strip's width
+
+  function clustersOf(rebalances) {
+    const clusters = [];
+    for (const r of rebalances) {
+      const last = clusters[clusters.length - 1];
+      if (last && r.ts - last[last.length - 1].ts < CLUSTER_MS) last.push(r);
+      else clusters.push([r]);
+    }
+    return clusters;
+  }
+
+  function rebalanceMark() {
+    return el("button", { type: "button", class: "rebalance-mark" });
+  }
+
+  function rebalanceCluster(card, name, members, openIds) {
+    const ids = members.map((r) => r.id).join(",");
+    const list = el("div", { class: "rebalance-cluster-list", role: "list" }, members.map(() => rebalanceMark()));
+    const cluster = el("div", { class: `rebalance-cluster${openIds === ids ? "" : " closed"}`, "data-ids": ids }, null, list);
+    const head = el("button", { type: "button", class: "rebalance-cluster-head", "aria-haspopup": "true",
+      onclick: () => {
+        const closing = !cluster.classList.contains("closed");
+        for (const other of card.querySelectorAll(".rebalance-cluster")) other.classList.add("closed");
+        cluster.classList.toggle("closed", closing);
+        head.setAttribute("aria-expanded", String(!closing));
+      } }, String(members.length));
+    cluster.prepend(head);
+    return cluster;
   }
 
   async function openHandoff(card, name, id, refresh = false) {
@@ -1496,10 +1592,7 @@
       const response = await fetch(`/api/groups/${encodeURIComponent(name)}/rebalances/${id}`, { credentials: "same-origin" });
       const answer = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
       if (openRebalance.get(name) !== entry) return;
-      if (!response.ok) {
-        showError(answer.error || `${response.status} ${response.statusText}`);
-        return closeHandoff(card, name);
-      }
+      if (!response.ok) return handoffError(panel, answer.error || `${response.status} ${response.statusText}`);
       entry.loading = false;
       entry.stamp = `${answer.moved}|${answer.duplicates}|${answer.gap_ms}|${answer.overlap_ms}|${answer.lag_spike}`;
       panel.replaceChildren(...handoffPanel(card, name, answer));
@@ -1507,9 +1600,14 @@
       for (const mark of card.querySelectorAll(".rebalance-mark")) setClass(mark, "open", mark.dataset.rebalanceId === String(id));
     } catch (err) {
       if (openRebalance.get(name) !== entry) return;
-      showError(`Request failed: ${err.message}`);
-      closeHandoff(card, name);
+      handoffError(panel, `Request failed: ${err.message}`);
     }
+  }
+
+  // Under the marks, where the click was (a second click on the mark closes it).
+  function handoffError(panel, message) {
+    panel.replaceChildren(el("p", { class: "control-error", "data-role": "control-error", role: "alert" }, message));
+    panel.hidden = false;
   }
 
   function closeHandoff(card, name) {
@@ -1561,15 +1659,15 @@
       });
       const data = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
       if (!response.ok) {
-        showError(data.error || `${response.status} ${response.statusText}`);
+        showError(data.error || `${response.status} ${response.statusText}`, control);
         scheduleRender();
         return null;
       }
-      hideError();
+      hideError(control);
       applySnapshot(data.state || data);   // every action answers with the new state
       return data;
     } catch (err) {
-      showError(`Request failed: ${err.message}`);
+      showError(`Request failed: ${err.message}`, control);
       return null;
     } finally {
       if (control) {
@@ -1580,16 +1678,40 @@
     }
   }
 
+  // A control's error is written next to it (the row it sits in), where the user looks;
+  // only errors of no control (a failed fetch of the page's own) go to the box at the top.
   const errorBox = document.getElementById("lab-error");
-  function showError(message) {
+  const ERROR_HOME = ".control, .group-head, .strategy-preview, .rebalance-strip";
+  function errorSlot(control, create) {
+    const home = control && control.isConnected ? control.closest(ERROR_HOME) : null;
+    if (!home) return null;
+    let slot = home.querySelector(':scope > [data-role="control-error"]');
+    if (!slot && create) {
+      slot = el("span", { class: "control-error", "data-role": "control-error", role: "alert" });
+      home.append(slot);
+    }
+    return slot;
+  }
+  function showError(message, control) {
+    const slot = errorSlot(control, true);
+    if (slot) {
+      slot.textContent = message;
+      slot.hidden = false;
+      return;
+    }
     errorBox.querySelector(".message").textContent = message;
     errorBox.hidden = false;
   }
-  function hideError() { errorBox.hidden = true; }
+  function hideError(control) {
+    const slot = errorSlot(control, false);
+    if (slot) slot.remove();
+    errorBox.hidden = true;
+  }
   errorBox.querySelector(".dismiss").addEventListener("click", hideError);
 
   if (canControl) {
     const producerForm = document.getElementById("producer-form");
+    producerForm.querySelector(".topic-select").addEventListener("change", updateProducerRate);
     producerForm.addEventListener("submit", (event) => {
       event.preventDefault();
       const f = new FormData(producerForm);
