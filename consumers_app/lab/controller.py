@@ -179,6 +179,9 @@ class LabController:
         self._tasks.append(asyncio.create_task(bus.serve(self.handle), name="lab-requests"))
 
     async def stop(self) -> None:
+        # Workers going away now are stopping with the lab (a Ctrl-C reaches them too):
+        # replacing them would only start workers to kill, and hold the stop up.
+        self.replace_lost_workers = False
         tasks = [*self._tasks, *self._watchers.values(), *self._replacing]
         for task in tasks:
             task.cancel()

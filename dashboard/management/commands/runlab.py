@@ -117,10 +117,13 @@ class Command(BaseCommand):
         if asked == 0:
             return 0
         port = default if asked is None else asked
+        taken = self.__dict__.setdefault("_ports_taken", set())   # by the flags checked before this one
         for candidate in range(port, port + (1 if asked is not None else 50)):
-            if all(_free(host, p) for p in range(candidate, candidate + span)):
+            ports = range(candidate, candidate + span)
+            if not taken.intersection(ports) and all(_free(host, p) for p in ports):
                 if candidate != port:
                     self.say(f"port {port} ({flag}) is in use, using {candidate}")
+                taken.update(ports)
                 return candidate
         if asked is not None:
             raise CommandError(f"port {port} is in use: pick another with {flag}=PORT (0: any free port)")
