@@ -183,6 +183,9 @@ def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at
         timeout=20, interval=0.2, message="the kill's rebalance on the strip")
     mark = page.locator(f'{marks}[data-rebalance-id="{rebalance_id}"]')
     expect(mark).to_have_attribute("title", re.compile(victim))
+    cluster = page.locator(f'{GROUP} .rebalance-cluster.closed:has([data-rebalance-id="{rebalance_id}"])')
+    if cluster.count():   # close to another rebalance: listed in their cluster
+        cluster.locator(".rebalance-cluster-head").click()
     mark.click()
     summary = page.locator(f'{GROUP} [data-role="handoff-summary"]')
     expect(summary).to_be_visible()

@@ -1195,7 +1195,10 @@
     updateProducerRate();
   }
 
-  const isSystemTopic = (t) => t.startsWith("%RETRY%") || t.startsWith("%DLQ%") || t.startsWith("%SYS%");
+  // RocketMQ's own topics (TopicValidator's system topics, the groups' retry and dead-letter ones).
+  const SYSTEM_TOPICS = new Set(["SCHEDULE_TOPIC_XXXX", "TBW102", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "BenchmarkTest",
+    "TRANS_CHECK_MAX_TIME_TOPIC"]);
+  const isSystemTopic = (t) => t.startsWith("%") || SYSTEM_TOPICS.has(t) || /^(RMQ_SYS_|rmq_sys_)/.test(t);
 
   function updateProducerRate() {
     const topic = document.querySelector("#producer-form .topic-select").value;
