@@ -247,8 +247,11 @@ def test_api_errors_are_shown(page):
     page.select_option(f'{GROUP} select[name="client_id"]', index=0)
     page.fill(f'{GROUP} input[name="ratio"]', "2")
     page.click(f'{GROUP} [data-action="fail"]')
-    expect(page.locator("#lab-error")).to_be_visible()
-    expect(page.locator("#lab-error")).to_contain_text("between 0 and 1")
+    # Next to the control, not in the box at the top of the page.
+    error = page.locator(f'{GROUP} [data-role="consumer-controls"] [data-role="control-error"]')
+    expect(error).to_be_visible()
+    expect(error).to_contain_text("between 0 and 1")
+    expect(page.locator("#lab-error")).to_be_hidden()
     screenshot(page, "06-error")
 
 
