@@ -339,3 +339,34 @@ def test_an_unreadable_story_file_is_ignored(tmp_path):
 
     (tmp_path / "handoffs.json").write_text("[1, 2")
     assert HandoffStory(tmp_path / "handoffs.json").load() == {}
+
+
+# -- a broker going offline and back moves its queues (the route refresh)
+
+
+def test_a_broker_offline_and_back_moves_its_queues_and_counts():
+    state = LabState()
+    state.set_topic_queues("T", ["a:0", "b:0"])
+    state.brokers = {"a": True, "b": True}
+    state.add_group("G", "T", "push", "AVG")
+    for cid in ("A", "B"):
+        state.add_client(cid, "G", "push").status = "running"
+    mq = lambda label: MessageQueue.from_label("T", label)   # noqa: E731
+    state.apply(make_event("assignment", "G", "A", ts=T0, topic="T", queues=[mq("a:0")]))
+    state.apply(make_event("assignment", "G", "B", ts=T0, topic="T", queues=[mq("b:0")]))
+    state.apply(make_event("broker", "", "", ts=T0 + 1000, broker="b", online=False, change="offline"))
+    # B's route refresh no longer lists b:0: it lets go, and nobody can take it.
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 5000, topic="T", queues=[], reason="route"))
+    gone = state.snapshot()["groups"]["G"]["handoffs"]
+    assert (gone["totals"]["rebalances"], gone["totals"]["moved"]) == (1, 1)
+    assert gone["rebalances"][0]["reason"] == "b offline" and gone["rebalances"][0]["clients"] == ["B"]
+    state.apply(make_event("broker", "", "", ts=T0 + 60_000, broker="b", online=True, change="online"))
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 65_000, topic="T", queues=[mq("b:0")], reason="route"))
+    back = state.snapshot()["groups"]["G"]["handoffs"]
+    assert (back["totals"]["rebalances"], back["totals"]["moved"]) == (2, 2)
+    assert back["totals"]["gap_ms"] == 60_000   # nobody consumed b:0 while its broker was away
+    (move,) = state.groups["G"].handoffs.detail(back["rebalances"][-1]["id"], T0 + 70_000)["moves"]
+    assert (move["from"], move["to"], move["queue"]) == ([], "B", "b:0")
+    # The broker's own queues only: a:0 never moved.
+    assert {m["queue"] for r in back["rebalances"]
+            for m in state.groups["G"].handoffs.detail(r["id"], T0 + 70_000)["moves"]} == {"b:0"}

@@ -137,7 +137,7 @@ class Rebalance:
             "gap_ms": max((m["gap_ms"] for m in moves), default=0),
             "overlap_ms": max((m["overlap_ms"] for m in moves), default=0),
             "lag_spike": max(spikes, default=None),
-            "clients": sorted({c for m in self.moves for c in (m.to, *m.from_)}),
+            "clients": sorted({c for m in self.moves for c in (m.to, *m.from_) if c}),   # "": nobody
             "overlap_ongoing": any(m["overlap_ongoing"] for m in moves),
         }
 
@@ -182,6 +182,10 @@ class GroupHandoffs:
         self._episodes: dict[int, Rebalance] = {}            # id -> the rebalances kept
         self.silent: set[str] = set()                        # clients that report no consumed offsets (peers)
         self.expired: set[str] = set()                       # clients the broker dropped: they hold nothing
+        # Queues whose broker went offline, and those whose broker came back, with why: a
+        # queue the route refresh takes away or gives back moves to or from nobody.
+        self.gone: dict[str, str] = {}                       # queue -> cause, e.g. "broker-b offline"
+        self.back: dict[str, str] = {}                       # queue -> cause, e.g. "broker-b online"
         self._next_id = 1
 
     # -- holding ----------------------------------------------------------------------
@@ -202,11 +206,24 @@ class GroupHandoffs:
         else:
             self.held_by.pop(client, None)
 
+    def broker_changed(self, queues, online: bool, cause: str) -> None:
+        """``queues`` (labels) went away with their broker, or came back with it."""
+        for queue in queues:
+            if online:
+                if self.gone.pop(queue, None) is not None:
+                    self.back[queue] = cause
+            else:
+                self.back.pop(queue, None)
+                self.gone[queue] = cause
+
     def _release(self, queue: str, client: str, ts: int) -> None:
         """``client`` stopped consuming ``queue`` (let go, died, was killed, hung, cut or
         expired): an overlap it was one of the two sides of ends here."""
         self.holding.get(queue, {}).pop(client, None)
         self.last_release[queue] = (client, ts)
+        if queue in self.gone and not self.holding.get(queue):
+            # Its broker went offline: the queue moved to nobody (the route refresh took it away).
+            self._file(Handoff(queue, "", [client], ts, 0, reason=self.gone[queue], released_ts=ts))
         still = []
         for handoff in self.pending.get(queue, ()):
             if client == handoff.to:
@@ -256,6 +273,11 @@ class GroupHandoffs:
         others = sorted(c for c in holders if c != client)
         holders[client] = ts
         last = self.last_release.get(queue)
+        cause = self.back.pop(queue, None)
+        if cause is not None and not others and (last is None or last[0] == client):
+            # Its broker is back: the queue moves from nobody (since it went away) to its owner.
+            self._file(Handoff(queue, client, [], ts, 0, reason=cause,
+                               released_ts=last[1] if last is not None else ts))
         if not others and last is not None and last[0] == client and (queue, client) in self.tenures:
             return   # its owner back after a pause, nobody in between: the same tenure goes on
         tenure = self.tenures[(queue, client)] = Tenure(client, ts)
@@ -265,7 +287,7 @@ class GroupHandoffs:
         else:
             if last is None or last[0] == client:
                 return   # the queue's first owner: no move
-            handoff = Handoff(queue, client, [last[0]], ts, 0, released_ts=last[1])
+            handoff = Handoff(queue, client, [last[0]], ts, 0, reason=cause or "", released_ts=last[1])
         handoff.lag_before = self.lag.get(queue)
         tenure.into, handoff.to_tenure = handoff, tenure
         for old in handoff.from_:
@@ -293,7 +315,7 @@ class GroupHandoffs:
             while len(self.rebalances) > MAX_REBALANCES:
                 self._episodes.pop(self.rebalances.popleft().id, None)
         episode.last_ts = max(episode.last_ts, ts)
-        reason = handoff.reason = self.reasons.get(handoff.to, "")
+        reason = handoff.reason = handoff.reason or self.reasons.get(handoff.to, "")
         if reason and reason not in episode.reasons:
             episode.reasons.append(reason)
         handoff.rebalance = episode.id

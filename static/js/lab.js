@@ -1632,7 +1632,7 @@
       "Each consumer rebalances on its own. The new owner starts at the committed offset, so what the old owner consumed " +
       "after its last commit is consumed again (RocketMQ's at-least-once). An overlap is when both held the queue; a gap when neither consumed it.");
     const rows = r.moves.map((m) => el("tr", { "data-handoff-queue": m.queue, "data-duplicates": String(m.duplicates) },
-      el("td", {}, m.queue), el("td", {}, `${m.from.join(" + ") || "nobody"} → ${m.to}`),
+      el("td", {}, m.queue), el("td", {}, `${m.from.join(" + ") || "nobody"} → ${m.to || "nobody"}`),
       el("td", {}, m.gap_ms ? fmtMs(m.gap_ms) : "–"),
       el("td", {}, m.overlap_ms ? `${fmtMs(m.overlap_ms)}${m.overlap_ongoing ? " (ongoing)" : ""}` : "–"),
       m.duplicates === null
