@@ -149,6 +149,7 @@ class LabController:
         # (persistence.HandoffStory), if anywhere; what it held waits for its group to exist.
         self.handoff_story = handoff_story
         self._saved_handoffs: dict[str, dict] = {}
+        self._story_cache: dict[str, tuple[int, dict]] = {}   # group -> (its hand-offs' version, saved form)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -253,7 +254,16 @@ class LabController:
         """The lab's own groups' hand-offs of the window, to save (observed groups are the
         cluster's: not ours to remember)."""
         now = now_ms()
-        stories = {name: g.handoffs.saved(now) for name, g in self.state.groups.items() if not g.observed}
+        stories = {}
+        for name, g in self.state.groups.items():
+            if g.observed:
+                continue
+            # Made again only when a figure moved (or an overlap runs on: its end is the stop).
+            cached = self._story_cache.get(name)
+            ongoing = cached is not None and any(m["released_ts"] is None for r in cached[1]["rebalances"] for m in r["moves"])
+            if cached is None or cached[0] != g.handoffs.version or ongoing:
+                cached = self._story_cache[name] = (g.handoffs.version, g.handoffs.saved(now))
+            stories[name] = cached[1]   # the same text when nothing moved: the file is not written again
         # A saved group not started again (yet) keeps its story until the window forgets it.
         return {**{n: s for n, s in self._saved_handoffs.items() if n not in stories}, **stories}
 

@@ -151,8 +151,9 @@ class SavedRebalance:
     the lab's consumers let go as it stopped."""
 
     def __init__(self, detail: dict, stopped_ts: int):
-        moves = [{**m, "released_ts": m["released_ts"] if m["released_ts"] is not None else stopped_ts,
-                  "overlap_ongoing": False} for m in detail["moves"]]
+        moves = [m if m["released_ts"] is not None else
+                 {**m, "released_ts": stopped_ts, "overlap_ongoing": False, "overlap_ms": max(0, stopped_ts - m["added_ts"])}
+                 for m in detail["moves"]]
         self.id, self.ts, self.last_ts = detail["id"], detail["ts"], detail["end_ts"]
         self._detail = {**detail, "moves": moves, "overlap_ongoing": False,
                         "overlap_ms": max((m["overlap_ms"] for m in moves), default=0)}
@@ -181,6 +182,7 @@ class GroupHandoffs:
         self._changed: dict[int, Handoff] = {}               # id() -> hand-offs whose figures moved
         self._episodes: dict[int, Rebalance] = {}            # id -> the rebalances kept
         self.silent: set[str] = set()                        # clients that report no consumed offsets (peers)
+        self.version = 0                                     # moves when any figure does (saving skips a still one)
         self.expired: set[str] = set()                       # clients the broker dropped: they hold nothing
         # Queues whose broker went offline, and those whose broker came back, with why: a
         # queue the route refresh takes away or gives back moves to or from nobody.
@@ -257,6 +259,7 @@ class GroupHandoffs:
         for tenure in handoff.from_tenures:
             tenure.out_of = [h for h in tenure.out_of if h is not handoff]
         self._changed.pop(id(handoff), None)
+        self.version += 1
         episode = self._episodes.get(handoff.rebalance)
         if episode is None:
             return
@@ -299,6 +302,7 @@ class GroupHandoffs:
     def _touch(self, handoff: Handoff) -> None:
         """Its figures moved: report it (take_changed) and remake its rebalance's summary."""
         self._changed[id(handoff)] = handoff
+        self.version += 1
         episode = self._episodes.get(handoff.rebalance)
         if episode is not None:
             episode.changed = True
@@ -367,6 +371,7 @@ class GroupHandoffs:
         horizon = now_ms - self.window_ms
         while self.rebalances and self.rebalances[0].last_ts < horizon:
             self._episodes.pop(self.rebalances.popleft().id, None)
+            self.version += 1
         for key, tenure in list(self.tenures.items()):
             queue, client = key
             if tenure.last_ts < horizon and client not in self.holding.get(queue, {}):
@@ -405,7 +410,8 @@ class GroupHandoffs:
 
     def saved(self, now_ms: int) -> dict:
         """The window's rebalances with their hand-offs, for the next run of the lab
-        (``restore``): the 15-minute story survives a restart."""
+        (``restore``): the 15-minute story survives a restart. ``saved_ts``: when an overlap
+        still running ends (the lab stops with the save)."""
         self.forget_before(now_ms)
         return {"saved_ts": now_ms, "next_id": self._next_id,
                 "rebalances": [r.detail(now_ms, self.silent) for r in self.rebalances]}
@@ -419,6 +425,7 @@ class GroupHandoffs:
         for r in kept:
             self._episodes[r.id] = r
         self._next_id = max(self._next_id, saved.get("next_id", 1), *(r.id + 1 for r in kept))
+        self.version += 1
 
     def detail(self, rebalance_id: int, now_ms: int) -> dict | None:
         rebalance = self._episodes.get(rebalance_id)
