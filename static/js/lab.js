@@ -684,8 +684,9 @@
   // A long client id (a peer's 192.0.2.2@ali-ons-13877) shortened to its ends, the whole on
   // hover: the matrix stays inside its card.
   const CID_MAX = 14;
+  const shortCid = (cid) => (cid.length > CID_MAX ? `${cid.slice(0, 6)}…${cid.slice(-6)}` : cid);
   function cidLabel(cid) {
-    const short = cid.length > CID_MAX ? `${cid.slice(0, 6)}…${cid.slice(-6)}` : cid;
+    const short = shortCid(cid);
     return el("span", { class: "cid", title: short === cid ? null : cid, "data-cid": cid }, short);
   }
 
@@ -779,8 +780,8 @@
 
     paintHead(th, label, facts, pop) {
       const { owners, state, owner } = facts;
-      const note = pop ? (owners.length > 2 ? `${owners.length} consumers` : owners.join(", ") || "no pops")
-        : state === "owned" ? owner : state === "contested" ? `${owners.length} owners` : "unowned";
+      const note = pop ? (owners.length > 2 ? `${owners.length} consumers` : owners.map(shortCid).join(", ") || "no pops")
+        : state === "owned" ? shortCid(owner) : state === "contested" ? `${owners.length} owners` : "unowned";
       setClassName(th, `queue-head ${state}`);
       setData(th, "state", state);
       setData(th, "owner", owner);
