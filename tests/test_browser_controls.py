@@ -101,17 +101,30 @@ def test_a_consumer_keeps_its_colour_while_others_come_and_go_and_close_marks_cl
     before = wait_until(lambda: (s := swatches(page)) and len([c for c in s if c in live_consumers(page)]) >= 3 and s,
                         timeout=30, message="the consumers' swatches")
     first, *others = live_consumers(page)
-    # Kill and add a few times: consumers come and go, and rebalances follow each other closely.
-    for victim in others[:2]:
-        assert api(page, "POST", f"/api/consumers/{victim}/kill", {})["status"] == 200
-        added = api(page, "POST", "/api/groups/GID_LAB/consumers", {"mode": "push"})["body"]["client_id"]
-        wait_until(lambda: added in swatches(page), timeout=30, message=f"{added} on the page")
+    strip = f'{GROUP} [data-role="rebalances"]'
+
+    def newest_mark(since: float):
+        """The newest rebalance on the strip that began at or after ``since`` (ms), if any."""
+        marks = page.eval_on_selector_all(f"{strip} .rebalance-mark", """(ms) => ms.map((m) =>
+            ({ ts: Number(m.dataset.ts), end: Number(m.dataset.endTs) }))""")
+        return max((m for m in marks if m["ts"] >= since), key=lambda m: m["ts"], default=None)
+
+    now = lambda: page.evaluate("Date.now()")   # noqa: E731 - the page's clock, as the strip's
+    # A kill, then (once its rebalance is over: 3 s quiet, handoff.py) an add: consumers come
+    # and go, and two rebalances follow each other within a cluster's 18 s.
+    victim = others[0]
+    killed_at = now()
+    assert api(page, "POST", f"/api/consumers/{victim}/kill", {})["status"] == 200
+    kill = wait_until(lambda: newest_mark(killed_at), timeout=30, message="the kill's rebalance")
+    wait_until(lambda: now() - newest_mark(killed_at)["end"] > 3_100, timeout=30, message="the kill's rebalance over")
+    kill = newest_mark(killed_at)
+    added = api(page, "POST", "/api/groups/GID_LAB/consumers", {"mode": "push"})["body"]["client_id"]
+    wait_until(lambda: added in swatches(page), timeout=30, message=f"{added} on the page")
+    wait_until(lambda: newest_mark(kill["end"] + 1), timeout=30, message="the add's rebalance")
     after = swatches(page)
     assert after[first] == before[first], (before, after)
     survivors = [c for c in after if c in live_consumers(page)]
     assert len({after[c] for c in survivors}) == len(survivors), after   # each its own colour
-
-    strip = f'{GROUP} [data-role="rebalances"]'
 
     def close_pair():
         marks = page.eval_on_selector_all(f"{strip} .rebalance-mark", """(ms) => ms.map((m) => ({

@@ -1531,7 +1531,10 @@
     rebalances.forEach((r, i) => {
       const mark = marks[i];
       const inCluster = Boolean(mark.closest(".rebalance-cluster"));
-      mark.onclick = () => openHandoff(card, g.name, r.id);
+      mark.onclick = () => {
+        mark.closest(".rebalance-cluster")?.classList.add("closed");   // its list would cover the panel
+        openHandoff(card, g.name, r.id);
+      };
       setData(mark, "rebalanceId", String(r.id));
       setData(mark, "ts", String(r.ts));
       setData(mark, "endTs", String(r.end_ts));
