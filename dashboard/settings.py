@@ -159,6 +159,8 @@ LOGIN_FAILURES_PER_MINUTE = int(os.environ.get("LOGIN_FAILURES_PER_MINUTE", "10"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # Expected faults (a cut, an offline broker) in one line each, bursts counted (quiet_logs.py).
+    "filters": {"expected_faults": {"()": "consumers_app.lab.quiet_logs.ExpectedFaults"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["expected_faults"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LAB_LOG_LEVEL", "WARNING")},
 }

@@ -92,6 +92,8 @@ def login(request):
             login_limiter().take(address)
         return response
     user = redeem_login_token(token)
+    if user is None and request.user.is_authenticated:
+        return redirect("live")   # a used link reopened while logged in: the page, not an error
     if user is None:
         login_limiter().take(address)
         return render(request, "login.html", {

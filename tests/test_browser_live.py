@@ -183,6 +183,9 @@ def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at
         timeout=20, interval=0.2, message="the kill's rebalance on the strip")
     mark = page.locator(f'{marks}[data-rebalance-id="{rebalance_id}"]')
     expect(mark).to_have_attribute("title", re.compile(victim))
+    cluster = page.locator(f'{GROUP} .rebalance-cluster.closed:has([data-rebalance-id="{rebalance_id}"])')
+    if cluster.count():   # close to another rebalance: listed in their cluster
+        cluster.locator(".rebalance-cluster-head").click()
     mark.click()
     summary = page.locator(f'{GROUP} [data-role="handoff-summary"]')
     expect(summary).to_be_visible()
@@ -244,8 +247,11 @@ def test_api_errors_are_shown(page):
     page.select_option(f'{GROUP} select[name="client_id"]', index=0)
     page.fill(f'{GROUP} input[name="ratio"]', "2")
     page.click(f'{GROUP} [data-action="fail"]')
-    expect(page.locator("#lab-error")).to_be_visible()
-    expect(page.locator("#lab-error")).to_contain_text("between 0 and 1")
+    # Next to the control, not in the box at the top of the page.
+    error = page.locator(f'{GROUP} [data-role="consumer-controls"] [data-role="control-error"]')
+    expect(error).to_be_visible()
+    expect(error).to_contain_text("between 0 and 1")
+    expect(page.locator("#lab-error")).to_be_hidden()
     screenshot(page, "06-error")
 
 

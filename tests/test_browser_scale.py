@@ -329,7 +329,38 @@ def scale_lab() -> ScaledFakeLab:
     return lab
 
 
-SCENARIOS = {"scale": scale_lab, "small": FakeLab}
+PEER_ID = "192.0.2.2@ali-ons-13877"
+
+
+def peer_lab() -> FakeLab:
+    """Three of ours and a peer whose client id is long, sharing the 8 queues."""
+    lab = FakeLab(consumers=3)
+    peer = lab.state.add_client(PEER_ID, "GID_LAB", "push")
+    peer.status, peer.client, peer.assignment_source = "running", "ali-ons", "broker"
+    lab._emit("membership", "GID_LAB", PEER_ID, source="broker", reason="joined", joined=[PEER_ID],
+              members=lab.alive("GID_LAB"))
+    lab._rebalanced("GID_LAB", "joined")
+    lab.state.drain()
+    return lab
+
+
+def test_a_long_client_id_is_shortened_and_the_matrix_stays_in_its_card(browser, tmp_path_factory):
+    with fake_lab_server("peer", tmp_path_factory.mktemp("peer")) as url, \
+            logged_in_page(browser, url, 1600, 900) as page:
+        label = page.locator(f'{VIEW} tr[data-consumer="{PEER_ID}"] .cid')
+        expect(label).to_have_attribute("title", PEER_ID)
+        assert len(label.inner_text()) < len(PEER_ID) and label.inner_text().endswith(PEER_ID[-6:])
+        owned = page.locator(f'{VIEW} th.queue-head[data-owner="{PEER_ID}"]').first   # its queues' heads too
+        expect(owned.locator(".qnote")).to_have_text(label.inner_text())
+        card, matrix = page.locator(GROUP).bounding_box(), page.locator(VIEW).bounding_box()
+        assert matrix["x"] + matrix["width"] <= card["x"] + card["width"], (matrix, card)
+        # broker-b's columns are in view, not pushed out of the card.
+        last = page.locator(f'{VIEW} th.queue-head[data-queue="broker-b:3"]').bounding_box()
+        assert last["x"] + last["width"] <= card["x"] + card["width"], (last, card)
+        screenshot(page, "14-long-client-id")
+
+
+SCENARIOS = {"scale": scale_lab, "small": FakeLab, "peer": peer_lab}
 
 if __name__ == "__main__":   # python -m tests.test_browser_scale SCENARIO PORT
     serve(SCENARIOS[sys.argv[1]], int(sys.argv[2]))

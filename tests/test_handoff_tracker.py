@@ -204,3 +204,169 @@ def test_lab_state_knows_peers_report_no_offsets():
     state.set_assignment("G", "P", ["b:0"])
     (rebalance,) = state.snapshot()["groups"]["G"]["handoffs"]["rebalances"]
     assert rebalance["unmeasured"] == 1
+
+
+# -- an overlap ends when either side stops consuming; a move only where the owner changed
+
+
+def _overlap_in_lab_state():
+    """A holds b:0; B takes it while A still holds it: an overlap, ongoing."""
+    state = LabState()
+    state.add_group("G", "T", "push", "AVG")
+    for cid in ("A", "B"):
+        state.add_client(cid, "G", "push").status = "running"
+    state.apply(make_event("assignment", "G", "A", ts=T0, topic="T", queues=[MessageQueue("T", "b", 0)]))
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 1000, topic="T", queues=[MessageQueue("T", "b", 0)]))
+    (move,) = state.groups["G"].handoffs.detail(1, T0 + 1500)["moves"]
+    assert move["overlap_ongoing"] and move["overlap_ms"] == 500
+    return state
+
+
+def _only_move(state, now=T0 + 60_000):
+    (rebalance,) = state.snapshot()["groups"]["G"]["handoffs"]["rebalances"]
+    (move,) = state.groups["G"].handoffs.detail(rebalance["id"], now)["moves"]
+    return rebalance, move
+
+
+def test_an_overlap_ends_when_the_old_owner_is_killed():
+    state = _overlap_in_lab_state()
+    state.apply(make_event("fault", "G", "A", ts=T0 + 3000, fault="kill"))
+    state.client_gone("A", "killed")
+    rebalance, move = _only_move(state)
+    assert not rebalance["overlap_ongoing"] and (move["overlap_ms"], move["released_ts"]) == (2000, T0 + 3000)
+
+
+def test_an_overlap_ends_when_the_old_owner_dies():
+    state = _overlap_in_lab_state()
+    state.clients["A"].status = "running"
+    state.client_gone("A", "crashed")   # its worker died: no event of its own
+    _, move = _only_move(state)
+    assert not move["overlap_ongoing"] and move["released_ts"] is not None
+
+
+def test_an_overlap_ends_when_the_broker_expires_the_old_owner():
+    state = _overlap_in_lab_state()
+    state.apply(make_event("membership", "G", "A", ts=T0 + 4000, source="broker", members=["B"], left=["A"]))
+    _, move = _only_move(state)
+    assert (move["overlap_ongoing"], move["overlap_ms"]) == (False, 3000)
+    # Its late assignment report while expired gives it nothing back.
+    state.apply(make_event("assignment", "G", "A", ts=T0 + 5000, topic="T", queues=[MessageQueue("T", "b", 0)]))
+    assert "A" not in state.groups["G"].handoffs.holding["b:0"]
+
+
+def test_a_new_owner_that_lets_go_while_the_old_one_held_on_is_no_move():
+    state = _overlap_in_lab_state()
+    state.apply(make_event("fault", "G", "B", ts=T0 + 2000, fault="kill"))   # the old owner A never let go
+    state.client_gone("B", "killed")
+    handoffs = state.snapshot()["groups"]["G"]["handoffs"]
+    assert handoffs["totals"]["moved"] == 0 and handoffs["rebalances"] == []
+    assert state.groups["G"].handoffs.take_changed(T0 + 3000) == []
+
+
+def test_a_start_up_race_records_only_the_queues_whose_owner_changed():
+    """c1 took every queue alone; c2, on a stale member list, took four; AVG then leaves
+    a:0-a:2 with c1 and gives c2 only a:3: one move (a:3), and no overlap runs on."""
+    h = GroupHandoffs()
+    h.set_holding("c1", ["a:0", "a:1", "a:2", "a:3"], T0)
+    h.set_holding("c2", ["a:0", "a:1", "a:2", "a:3"], T0 + 100)
+    h.set_holding("c1", ["a:0", "a:1", "a:2"], T0 + 300)
+    h.set_holding("c2", ["a:3"], T0 + 400)
+    (rebalance,) = h.snapshot(T0 + 600_000)["rebalances"]
+    assert (rebalance["moved"], rebalance["overlap_ongoing"], rebalance["overlap_ms"]) == (1, False, 200)
+    assert [(m["queue"], m["from"], m["to"]) for m in h.detail(rebalance["id"], T0 + 600_000)["moves"]] == [
+        ("a:3", ["c1"], "c2")]
+    h.set_holding("c2", [], T0 + 700)   # c2 killed later: c1 the only owner, nothing goes on counting
+    assert h.snapshot(T0 + 900_000)["totals"]["overlap_ms"] == 200
+
+
+def test_an_overlap_ends_when_the_new_owner_lets_go_after_one_of_two_old_owners_did():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.set_holding("B", ["b:0"], T0 + 10)          # A and B both hold it (a shared queue)
+    h.set_holding("A", [], T0 + 20)
+    h.set_holding("C", ["b:0"], T0 + 1000)        # C takes it from B (still holding)
+    h.set_holding("C", [], T0 + 1500)             # C lets go first
+    moves = [m for r in h.snapshot(T0 + 5000)["rebalances"] for m in h.detail(r["id"], T0 + 5000)["moves"]]
+    assert not any(m["overlap_ongoing"] for m in moves)
+
+
+def test_the_event_log_gets_a_move_once_it_is_settled():
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.set_holding("B", ["b:0"], T0 + 100)
+    assert h.take_changed(T0 + 200) == []          # A still holds it: not yet a move
+    h.set_holding("A", [], T0 + 300)
+    (logged,) = h.take_changed(T0 + 400)
+    assert (logged["queue"], logged["overlap_ms"], logged["overlap_ongoing"]) == ("b:0", 200, False)
+
+
+# -- the 15-minute story survives a restart
+
+
+def test_the_story_survives_a_restart_through_its_file(tmp_path):
+    from consumers_app.lab.persistence import HandoffStory
+
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0", "b:1"], T0)
+    h.consumed_ranges("A", "b:0", [[0, 10]], T0)
+    h.set_holding("A", ["b:1"], T0 + 10)
+    h.set_holding("B", ["b:0", "b:1"], T0 + 20)     # b:0 after a gap, b:1 overlapping (A still holds it)
+    h.consumed_ranges("B", "b:0", [[5, 15]], T0 + 30)
+    before = h.snapshot(T0 + 1000)
+    story = HandoffStory(tmp_path / "handoffs.json")
+    assert story.save({"G": h.saved(T0 + 1000)}) and not story.save({"G": h.saved(T0 + 1000)})
+
+    again = GroupHandoffs()
+    again.restore(HandoffStory(tmp_path / "handoffs.json").load()["G"], T0 + 60_000)
+    after = again.snapshot(T0 + 60_000)
+    assert after["totals"] == {**before["totals"], "overlap_ms": 980}   # the overlap ended at the stop
+    assert after["rebalances"][0]["overlap_ongoing"] is False
+    assert {m["queue"]: m["duplicates"] for m in again.detail(1, T0 + 60_000)["moves"]} == {"b:0": 5, "b:1": 0}
+    # This run's rebalances are new ones, numbered after the saved.
+    again.set_holding("C", ["b:2"], T0 + 61_000)
+    again.set_holding("C", [], T0 + 61_100)
+    again.set_holding("D", ["b:2"], T0 + 61_200)
+    assert [r["id"] for r in again.snapshot(T0 + 62_000)["rebalances"]] == [1, 2]
+    # Past the window, it is gone like any other.
+    assert GroupHandoffs().snapshot(T0)["rebalances"] == []
+    late = GroupHandoffs()
+    late.restore(story.load()["G"], T0 + 20 * 60_000)
+    assert late.snapshot(T0 + 20 * 60_000)["rebalances"] == []
+
+
+def test_an_unreadable_story_file_is_ignored(tmp_path):
+    from consumers_app.lab.persistence import HandoffStory
+
+    (tmp_path / "handoffs.json").write_text("[1, 2")
+    assert HandoffStory(tmp_path / "handoffs.json").load() == {}
+
+
+# -- a broker going offline and back moves its queues (the route refresh)
+
+
+def test_a_broker_offline_and_back_moves_its_queues_and_counts():
+    state = LabState()
+    state.set_topic_queues("T", ["a:0", "b:0"])
+    state.brokers = {"a": True, "b": True}
+    state.add_group("G", "T", "push", "AVG")
+    for cid in ("A", "B"):
+        state.add_client(cid, "G", "push").status = "running"
+    mq = lambda label: MessageQueue.from_label("T", label)   # noqa: E731
+    state.apply(make_event("assignment", "G", "A", ts=T0, topic="T", queues=[mq("a:0")]))
+    state.apply(make_event("assignment", "G", "B", ts=T0, topic="T", queues=[mq("b:0")]))
+    state.apply(make_event("broker", "", "", ts=T0 + 1000, broker="b", online=False, change="offline"))
+    # B's route refresh no longer lists b:0: it lets go, and nobody can take it.
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 5000, topic="T", queues=[], reason="route"))
+    gone = state.snapshot()["groups"]["G"]["handoffs"]
+    assert (gone["totals"]["rebalances"], gone["totals"]["moved"]) == (1, 1)
+    assert gone["rebalances"][0]["reason"] == "b offline" and gone["rebalances"][0]["clients"] == ["B"]
+    state.apply(make_event("broker", "", "", ts=T0 + 60_000, broker="b", online=True, change="online"))
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 65_000, topic="T", queues=[mq("b:0")], reason="route"))
+    back = state.snapshot()["groups"]["G"]["handoffs"]
+    assert (back["totals"]["rebalances"], back["totals"]["moved"]) == (2, 2)
+    assert back["totals"]["gap_ms"] == 60_000   # nobody consumed b:0 while its broker was away
+    (move,) = state.groups["G"].handoffs.detail(back["rebalances"][-1]["id"], T0 + 70_000)["moves"]
+    assert (move["from"], move["to"], move["queue"]) == ([], "B", "b:0")
+    # The broker's own queues only: a:0 never moved.
+    assert {m["queue"] for r in back["rebalances"]
+            for m in state.groups["G"].handoffs.detail(r["id"], T0 + 70_000)["moves"]} == {"b:0"}

@@ -126,7 +126,7 @@ async def test_default_scenario_shares_eight_queues_among_three_push_consumers(l
         timeout=20, message="committed offsets on every queue")
 
 
-async def test_set_strategy_switches_every_member_at_once(lab):
+async def test_set_strategy_switches_every_member_at_once(lab, browser):
     snapshot = await bus.request("set_strategy", group="GID_LAB", strategy="AVG_BY_CIRCLE")
     assert group_view(snapshot)["strategy"] == "AVG_BY_CIRCLE"
     # The answer is the new state: the owners already as AVG_BY_CIRCLE computes them.
@@ -141,8 +141,24 @@ async def test_set_strategy_switches_every_member_at_once(lab):
         # AVG and AVG_BY_CIRCLE really differ here: contiguous blocks vs every third queue.
         members = live_members(lab)
         assert expected_assignments("AVG", members, labels) != expected_assignments("AVG_BY_CIRCLE", members, labels)
+        # One Apply is one switch of the group (the lag history counts and marks it once).
+        await async_wait_until(lambda: any(e.get("fault") == "strategy" for e in browser.events("fault")),
+                               timeout=5, message="the switch's event")
+        switches = [e for e in browser.events("fault") if e.get("fault") == "strategy" and not e["client_id"]]
+        assert len(switches) == 1 and switches[0]["strategy"] == "AVG_BY_CIRCLE"
+        assert sorted(switches[0]["clients"]) == sorted(members)
     finally:
         await bus.request("set_strategy", group="GID_LAB", strategy="AVG")   # as the scenario started
+
+
+async def test_the_event_log_keeps_the_groups_switch_not_each_consumers():
+    controller = LabController("127.0.0.1:1")
+    controller._recorder = object()   # recording: events queue up in _unrecorded
+    controller.state.add_group("G", "T", "push", "AVG")
+    controller.emit("fault", "G", "", fault="strategy", strategy="AVG_BY_CIRCLE", clients=["c1", "c2"])
+    controller._take([event_from_dict({"type": "fault", "group": "G", "client_id": c, "ts": now_ms(),
+                                       "fault": "strategy", "strategy": "AVG_BY_CIRCLE"}) for c in ("c1", "c2")])
+    assert [(e.fault, e.client_id) for e in controller._unrecorded] == [("strategy", "")]
 
 
 def comparable(snapshot) -> dict:
@@ -164,7 +180,9 @@ LIVE = object()   # stands for a consumer that is alive when the test runs
     ("set_strategy", {"group": "GID_LAB"}, "missing a required argument: 'strategy'"),
     ("set_mode", {"group": "GID_LAB", "mode": "push_pull"}, "unknown mode 'push_pull'"),
     ("add_consumer", {"group": "GID_LAB", "mode": "pop"}, "use set_mode"),
-    ("add_consumer", {"group": "bad group!"}, "bad group name"),
+    ("add_consumer", {"group": "bad group!"}, "has ' ' '!': use only letters, digits, '_', '-', '%' or '|' (at most 120 characters)"),
+    ("add_consumer", {"group": "G" * 121}, "group name is 121 characters long: at most 120"),
+    ("add_consumer", {"group": ""}, "a group name is 1 to 120 characters"),
     ("add_consumer", {"group": "GID_NEW", "topic": "NoSuchTopic"}, "unknown topic 'NoSuchTopic'"),
     ("consumer", {"client_id": "c999", "action": "hang"}, "unknown consumer 'c999'"),
     ("consumer", {"client_id": LIVE, "action": "explode"}, "unknown consumer action 'explode'"),

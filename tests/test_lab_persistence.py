@@ -54,7 +54,11 @@ def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
         wait_until(lambda: (s := saved_scenario(env)) and s["groups"][0]["consumers"] == 4
                    and any(f["slow_ms"] == 5 for f in s["groups"][0]["faults"]), timeout=10,
                    message="the last change saved")
+        # The switch moved queues: the hand-offs' 15-minute story, as it stands before the stop.
+        wait_until(lambda: state(browser, port)["groups"]["GID_LAB"]["handoffs"]["totals"]["moved"] > 0,
+                   timeout=15, message="a rebalance that moved queues")
     finally:
+        before = {r["id"]: (r["ts"], r["moved"]) for r in state(browser, port)["groups"]["GID_LAB"]["handoffs"]["rebalances"]}
         assert lab.stop() == 0, "".join(lab.lines)
 
     lab, browser = start(port, env)
@@ -67,6 +71,13 @@ def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
                     and sorted(group["clients"][c]["slow_ms"] for c in live(group)) == [0, 0, 0, 5]
                     and snap["producers"]["TopicTest"]["rate"] == 77)
         wait_until(restored, timeout=30, message="strategy, consumers, faults and producer rate restored")
+        # The last 15 minutes of hand-offs survive the restart, their overlaps ended.
+        story = {r["id"]: r for r in state(browser, port)["groups"]["GID_LAB"]["handoffs"]["rebalances"]}
+        assert {i: (r["ts"], r["moved"]) for i, r in story.items() if i in before} == before, (before, story)
+        assert not any(story[i]["overlap_ongoing"] for i in before)
+        first = min(before)
+        detail = json.load(browser.open(f"http://127.0.0.1:{port}/api/groups/GID_LAB/rebalances/{first}", timeout=30))
+        assert detail["moved"] == before[first][1] == len(detail["moves"])
     finally:
         assert lab.stop() == 0, "".join(lab.lines)
 
@@ -77,6 +88,10 @@ def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
             group = snap["groups"]["GID_LAB"]
             return group["strategy"] == "AVG" and len(live(group)) == 3 and snap["producers"]["TopicTest"]["rate"] == 200
         wait_until(default, timeout=30, message="--fresh starts from the default scenario")
+        # --fresh forgets the hand-offs too: what this run shows started with it.
+        started = min(ts for ts, _ in before.values()) + 1
+        shown = state(browser, port)["groups"]["GID_LAB"]["handoffs"]["rebalances"]
+        assert not [r for r in shown if r["ts"] < started and (r["id"], r["ts"]) in {(i, t) for i, (t, _) in before.items()}]
     finally:
         assert lab.stop() == 0, "".join(lab.lines)
 

@@ -32,6 +32,9 @@ def test_login_link_logs_in_once(client):
     again = type(client)().get(f"/login/?token={token}")
     assert again.status_code == 400
     assert "already used" in again.content.decode()
+    # Reopened by whoever it logged in: the page, not an error under a logged-in header.
+    reopened = client.get(f"/login/?token={token}")
+    assert reopened.status_code == 302 and reopened.url == "/"
 
 
 def test_unknown_and_expired_links_fail(client):

@@ -57,6 +57,21 @@ log = logging.getLogger(__name__)
 
 OK = 20000
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,120}$")   # RocketMQ's valid group/topic characters
+GROUP_NAME_MAX = 120   # its retry topic, %RETRY% + the name, must fit RocketMQ's 127 characters of a topic
+
+
+def group_name_problem(name) -> str | None:
+    """What is wrong with ``name`` as a group name, naming the rule it breaks; None: nothing."""
+    if not isinstance(name, str) or not name:
+        return f"a group name is 1 to {GROUP_NAME_MAX} characters, not {name!r}"
+    if len(name) > GROUP_NAME_MAX:
+        return (f"group name is {len(name)} characters long: at most {GROUP_NAME_MAX} "
+                f"(its retry topic %RETRY%NAME must fit RocketMQ's 127)")
+    bad = sorted({ch for ch in name if not GROUP_NAME.match(ch)})
+    if bad:
+        return (f"group name {name!r} has {' '.join(map(repr, bad))}: use only letters, digits, '_', '-', '%' or '|' "
+                f"(at most {GROUP_NAME_MAX} characters)")
+    return None
 MAX_RATE = 50_000
 MAX_BURST = 100_000
 # Figures superseded by the next report: they never settle an action.
@@ -82,7 +97,7 @@ class LabController:
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
                  gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0,
                  limits: Limits = Limits(), recordings_hours: float = 24, disk: DiskPlaces | None = None,
-                 admin=None, cluster: dict | None = None):
+                 admin=None, cluster: dict | None = None, handoff_story=None):
         # The embedded broker's gRPC address; attached to a cluster, its proxy's (pop only).
         self.broker_address = broker_address
         self.limits = limits
@@ -133,6 +148,11 @@ class LabController:
         self._remoting: RemotingClient | None = None   # to ask peers what only remoting carries
         # Groups watched on the cluster (observer.py) are asked this often (seconds).
         self.observe_interval = observe_interval
+        # Where the groups' last 15 minutes of hand-offs are kept across restarts
+        # (persistence.HandoffStory), if anywhere; what it held waits for its group to exist.
+        self.handoff_story = handoff_story
+        self._saved_handoffs: dict[str, dict] = {}
+        self._story_cache: dict[str, tuple[int, dict]] = {}   # group -> (its hand-offs' version, saved form)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -141,6 +161,8 @@ class LabController:
         if self.admin is None:
             self._channel = grpc.aio.insecure_channel(self.broker_address)
             self.admin = lab_grpc.LabAdminStub(self._channel)
+        if self.handoff_story is not None:
+            self._saved_handoffs = await asyncio.to_thread(self.handoff_story.load)
         await self.supervisor.start()
         await self.refresh_topology()
         await asyncio.gather(*(self.supervisor.spawn() for _ in range(self.pool_size)))
@@ -155,10 +177,15 @@ class LabController:
             await self.run_scenario(scenario)
         if self.memory is not None:
             self._tasks.append(asyncio.create_task(self.memory.keep(self.desired_scenario), name="lab-memory"))
+        if self.handoff_story is not None:
+            self._tasks.append(asyncio.create_task(self.handoff_story.keep(self.handoff_stories), name="lab-handoffs"))
         # Only now: a request never interleaves with setting the scenario up.
         self._tasks.append(asyncio.create_task(bus.serve(self.handle), name="lab-requests"))
 
     async def stop(self) -> None:
+        # Workers going away now are stopping with the lab (a Ctrl-C reaches them too):
+        # replacing them would only start workers to kill, and hold the stop up.
+        self.replace_lost_workers = False
         tasks = [*self._tasks, *self._watchers.values(), *self._replacing]
         for task in tasks:
             task.cancel()
@@ -229,6 +256,23 @@ class LabController:
                         groups=tuple(groups),
                         offline_brokers=tuple(sorted(b for b, online in self.state.brokers.items() if not online)))
 
+    def handoff_stories(self) -> dict[str, dict]:
+        """The lab's own groups' hand-offs of the window, to save (observed groups are the
+        cluster's: not ours to remember)."""
+        now = now_ms()
+        stories = {}
+        for name, g in self.state.groups.items():
+            if g.observed:
+                continue
+            # Made again only when a figure moved (or an overlap runs on: its end is the stop).
+            cached = self._story_cache.get(name)
+            ongoing = cached is not None and any(m["released_ts"] is None for r in cached[1]["rebalances"] for m in r["moves"])
+            if cached is None or cached[0] != g.handoffs.version or ongoing:
+                cached = self._story_cache[name] = (g.handoffs.version, g.handoffs.saved(now))
+            stories[name] = cached[1]   # the same text when nothing moved: the file is not written again
+        # A saved group not started again (yet) keeps its story until the window forgets it.
+        return {**{n: s for n, s in self._saved_handoffs.items() if n not in stories}, **stories}
+
     def collect_garbage(self) -> None:
         """Forget consumers gone for longer than the grace period and groups left empty."""
         for name in self.state.collect_garbage(time.monotonic(), self.gone_grace_s):
@@ -248,7 +292,9 @@ class LabController:
         for event in events:
             self.state.apply(event)
         if self._recorder is not None:
-            self._unrecorded += events
+            # A consumer's own "strategy" fault says when it switched (the live page shows
+            # it); the event log keeps the group's one switch (action_set_strategy).
+            self._unrecorded += [e for e in events if not (e.type == "fault" and e.fault == "strategy" and e.client_id)]
         if self._waiters and any(e.type not in FIGURE_TYPES for e in events):
             for condition, future in self._waiters:
                 if not future.done() and condition():
@@ -493,9 +539,12 @@ class LabController:
         name, options = self._valid_strategy(strategy, options)
         target = self._valid_group(group)
         target.strategy = name
+        clients = self._live_clients(group)
+        # One switch of the group, whatever its size: the lag history counts and marks this one.
+        self.emit("fault", group, "", fault="strategy", strategy=name, clients=clients)
         await asyncio.gather(*(
             self._command(client_id, "consumer", action="set_strategy", strategy=name, options=options)
-            for client_id in self._live_clients(group)))
+            for client_id in clients))
         await self._settle(group)
         return self.state.snapshot()
 
@@ -532,8 +581,8 @@ class LabController:
         return self.state.snapshot()
 
     async def action_add_consumer(self, group, mode=None, topic=None, strategy=None, client=OURS) -> dict:
-        if not isinstance(group, str) or not GROUP_NAME.match(group):
-            raise bus.LabError(f"bad group name {group!r}: use letters, digits, '_', '-', '%' or '|'")
+        if (problem := group_name_problem(group)) is not None:
+            raise bus.LabError(problem)
         if client not in available_clients():
             raise bus.LabError(f"unknown or uninstalled client {client!r}; available: {', '.join(available_clients())}")
         if client != OURS:
@@ -665,8 +714,8 @@ class LabController:
     async def action_observe(self, group) -> dict:
         """Watch a group the lab did not start: its members, their queues and lag, as the
         cluster tells (observer.py); read-only. Watching it again changes nothing."""
-        if not isinstance(group, str) or not GROUP_NAME.match(group):
-            raise bus.LabError(f"bad group name {group!r}: use letters, digits, '_', '-', '%' or '|'")
+        if (problem := group_name_problem(group)) is not None:
+            raise bus.LabError(problem)
         existing = self.state.groups.get(group)
         if existing is not None:
             if not existing.observed:
@@ -826,6 +875,12 @@ class LabController:
 
     def _create_group(self, name: str, topic: str, mode: str, strategy: str):
         group = self.state.add_group(name, topic, mode, strategy)
+        saved = self._saved_handoffs.pop(name, None)
+        if saved is not None:
+            try:
+                group.handoffs.restore(saved, now_ms())
+            except (KeyError, TypeError, ValueError) as exc:   # written by another version
+                log.warning("ignoring the saved hand-offs of %s: %s", name, exc)
         if name not in self._watchers:
             self._watchers[name] = asyncio.create_task(self._watch_membership(name), name=f"lab-watch-{name}")
         return group

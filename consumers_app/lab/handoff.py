@@ -18,7 +18,8 @@ Measured, not estimated:
   hand-off, less its lag just before.
 
 Hand-offs close together (3 s) form one *rebalance*: the page draws those, and a click
-shows their hand-offs. Everything older than the window (15 min) is forgotten. Pure: the
+shows their hand-offs. Everything older than the window (15 min) is forgotten; what is in
+it is saved at the lab's stop and restored at its start (``saved``/``restore``). Pure: the
 caller passes every timestamp (ms since the epoch).
 """
 from collections import deque
@@ -78,6 +79,7 @@ class Handoff:
     from_: list[str]
     added_ts: int
     rebalance: int
+    reason: str = ""                         # why the new owner rebalanced
     released_ts: int | None = None           # when the last of ``from_`` let go; None: not yet
     waiting: set[str] = field(default_factory=set)   # of ``from_``, who still holds it
     from_tenures: list[Tenure] = field(default_factory=list)   # the old owners' consumption
@@ -135,12 +137,33 @@ class Rebalance:
             "gap_ms": max((m["gap_ms"] for m in moves), default=0),
             "overlap_ms": max((m["overlap_ms"] for m in moves), default=0),
             "lag_spike": max(spikes, default=None),
-            "clients": sorted({c for m in self.moves for c in (m.to, *m.from_)}),
+            "clients": sorted({c for m in self.moves for c in (m.to, *m.from_) if c}),   # "": nobody
             "overlap_ongoing": any(m["overlap_ongoing"] for m in moves),
         }
 
     def detail(self, now_ms: int, silent=frozenset()) -> dict:
         return {**self.summary(now_ms, silent), "moves": [m.to_dict(now_ms, silent) for m in self.moves]}
+
+
+class SavedRebalance:
+    """A rebalance of an earlier run of the lab (saved at its stop, see ``GroupHandoffs.saved``):
+    its figures as they stood then, final. An overlap still running at the stop ended there:
+    the lab's consumers let go as it stopped."""
+
+    def __init__(self, detail: dict, stopped_ts: int):
+        moves = [m if m["released_ts"] is not None else
+                 {**m, "released_ts": stopped_ts, "overlap_ongoing": False, "overlap_ms": max(0, stopped_ts - m["added_ts"])}
+                 for m in detail["moves"]]
+        self.id, self.ts, self.last_ts = detail["id"], detail["ts"], detail["end_ts"]
+        self._detail = {**detail, "moves": moves, "overlap_ongoing": False,
+                        "overlap_ms": max((m["overlap_ms"] for m in moves), default=0)}
+        self._summary = {k: v for k, v in self._detail.items() if k != "moves"}
+
+    def summary(self, now_ms: int, silent=frozenset()) -> dict:
+        return self._summary
+
+    def detail(self, now_ms: int, silent=frozenset()) -> dict:
+        return self._detail
 
 
 class GroupHandoffs:
@@ -159,6 +182,12 @@ class GroupHandoffs:
         self._changed: dict[int, Handoff] = {}               # id() -> hand-offs whose figures moved
         self._episodes: dict[int, Rebalance] = {}            # id -> the rebalances kept
         self.silent: set[str] = set()                        # clients that report no consumed offsets (peers)
+        self.version = 0                                     # moves when any figure does (saving skips a still one)
+        self.expired: set[str] = set()                       # clients the broker dropped: they hold nothing
+        # Queues whose broker went offline, and those whose broker came back, with why: a
+        # queue the route refresh takes away or gives back moves to or from nobody.
+        self.gone: dict[str, str] = {}                       # queue -> cause, e.g. "broker-b offline"
+        self.back: dict[str, str] = {}                       # queue -> cause, e.g. "broker-b online"
         self._next_id = 1
 
     # -- holding ----------------------------------------------------------------------
@@ -179,11 +208,29 @@ class GroupHandoffs:
         else:
             self.held_by.pop(client, None)
 
+    def broker_changed(self, queues, online: bool, cause: str) -> None:
+        """``queues`` (labels) went away with their broker, or came back with it."""
+        for queue in queues:
+            if online:
+                if self.gone.pop(queue, None) is not None:
+                    self.back[queue] = cause
+            else:
+                self.back.pop(queue, None)
+                self.gone[queue] = cause
+
     def _release(self, queue: str, client: str, ts: int) -> None:
+        """``client`` stopped consuming ``queue`` (let go, died, was killed, hung, cut or
+        expired): an overlap it was one of the two sides of ends here."""
         self.holding.get(queue, {}).pop(client, None)
         self.last_release[queue] = (client, ts)
+        if queue in self.gone and not self.holding.get(queue):
+            # Its broker went offline: the queue moved to nobody (the route refresh took it away).
+            self._file(Handoff(queue, "", [client], ts, 0, reason=self.gone[queue], released_ts=ts))
         still = []
         for handoff in self.pending.get(queue, ()):
+            if client == handoff.to:
+                self._new_owner_let_go(handoff, ts)
+                continue
             handoff.waiting.discard(client)
             if handoff.waiting:
                 still.append(handoff)
@@ -195,11 +242,45 @@ class GroupHandoffs:
         else:
             self.pending.pop(queue, None)
 
+    def _new_owner_let_go(self, handoff: "Handoff", ts: int) -> None:
+        """The new owner let go before its old owners did. If none of them ever let go, the
+        queue never changed owner (a consumer's rebalance on a stale member list took it
+        for a moment): no move. Otherwise the overlap ends now."""
+        if handoff.waiting == set(handoff.from_):
+            self._withdraw(handoff)
+        else:
+            handoff.released_ts = ts
+            handoff.waiting = set()
+            self._touch(handoff)
+
+    def _withdraw(self, handoff: "Handoff") -> None:
+        if handoff.to_tenure is not None and handoff.to_tenure.into is handoff:
+            handoff.to_tenure.into = None
+        for tenure in handoff.from_tenures:
+            tenure.out_of = [h for h in tenure.out_of if h is not handoff]
+        self._changed.pop(id(handoff), None)
+        self.version += 1
+        episode = self._episodes.get(handoff.rebalance)
+        if episode is None:
+            return
+        episode.moves = [m for m in episode.moves if m is not handoff]
+        if not episode.moves:
+            self.rebalances.remove(episode)
+            del self._episodes[episode.id]
+            return
+        episode.reasons = list(dict.fromkeys(m.reason for m in episode.moves if m.reason))
+        episode.changed = True
+
     def _acquire(self, queue: str, client: str, ts: int) -> None:
         holders = self.holding.setdefault(queue, {})
         others = sorted(c for c in holders if c != client)
         holders[client] = ts
         last = self.last_release.get(queue)
+        cause = self.back.pop(queue, None)
+        if cause is not None and not others and (last is None or last[0] == client):
+            # Its broker is back: the queue moves from nobody (since it went away) to its owner.
+            self._file(Handoff(queue, client, [], ts, 0, reason=cause,
+                               released_ts=last[1] if last is not None else ts))
         if not others and last is not None and last[0] == client and (queue, client) in self.tenures:
             return   # its owner back after a pause, nobody in between: the same tenure goes on
         tenure = self.tenures[(queue, client)] = Tenure(client, ts)
@@ -209,7 +290,7 @@ class GroupHandoffs:
         else:
             if last is None or last[0] == client:
                 return   # the queue's first owner: no move
-            handoff = Handoff(queue, client, [last[0]], ts, 0, released_ts=last[1])
+            handoff = Handoff(queue, client, [last[0]], ts, 0, reason=cause or "", released_ts=last[1])
         handoff.lag_before = self.lag.get(queue)
         tenure.into, handoff.to_tenure = handoff, tenure
         for old in handoff.from_:
@@ -221,6 +302,7 @@ class GroupHandoffs:
     def _touch(self, handoff: Handoff) -> None:
         """Its figures moved: report it (take_changed) and remake its rebalance's summary."""
         self._changed[id(handoff)] = handoff
+        self.version += 1
         episode = self._episodes.get(handoff.rebalance)
         if episode is not None:
             episode.changed = True
@@ -228,7 +310,7 @@ class GroupHandoffs:
     def _file(self, handoff: Handoff) -> None:
         ts = handoff.added_ts
         episode = self.rebalances[-1] if self.rebalances else None
-        if (episode is None or ts - episode.last_ts > EPISODE_QUIET_MS or ts - episode.ts > EPISODE_MAX_MS
+        if (episode is None or isinstance(episode, SavedRebalance) or ts - episode.last_ts > EPISODE_QUIET_MS or ts - episode.ts > EPISODE_MAX_MS
                 or len(episode.moves) >= EPISODE_MAX_MOVES):
             episode = Rebalance(self._next_id, ts, ts)
             self._next_id += 1
@@ -237,7 +319,7 @@ class GroupHandoffs:
             while len(self.rebalances) > MAX_REBALANCES:
                 self._episodes.pop(self.rebalances.popleft().id, None)
         episode.last_ts = max(episode.last_ts, ts)
-        reason = self.reasons.get(handoff.to)
+        reason = handoff.reason = handoff.reason or self.reasons.get(handoff.to, "")
         if reason and reason not in episode.reasons:
             episode.reasons.append(reason)
         handoff.rebalance = episode.id
@@ -289,6 +371,7 @@ class GroupHandoffs:
         horizon = now_ms - self.window_ms
         while self.rebalances and self.rebalances[0].last_ts < horizon:
             self._episodes.pop(self.rebalances.popleft().id, None)
+            self.version += 1
         for key, tenure in list(self.tenures.items()):
             queue, client = key
             if tenure.last_ts < horizon and client not in self.holding.get(queue, {}):
@@ -298,10 +381,14 @@ class GroupHandoffs:
                 tenure.out_of = [h for h in tenure.out_of if h.added_ts >= horizon]
 
     def take_changed(self, now_ms: int) -> list[dict]:
-        """The hand-offs whose figures moved since the last call, as they stand now (for
-        the event log: the lag history marks and compares them)."""
-        changed, self._changed = self._changed, {}
-        return [h.to_dict(now_ms, self.silent) | {"rebalance": h.rebalance} for h in changed.values()]
+        """The settled hand-offs whose figures moved since the last call, as they stand now
+        (for the event log: the lag history marks and compares them)."""
+        # Only settled moves: one whose new owner lets go before its old owner did may yet
+        # turn out no move at all (_new_owner_let_go), and the log cannot take it back.
+        settled = {k: h for k, h in self._changed.items() if h.released_ts is not None}
+        for key in settled:
+            del self._changed[key]
+        return [h.to_dict(now_ms, self.silent) | {"rebalance": h.rebalance} for h in settled.values()]
 
     def snapshot(self, now_ms: int, limit: int = 60) -> dict:
         """Totals over the window and the latest ``limit`` rebalances (summaries)."""
@@ -313,12 +400,32 @@ class GroupHandoffs:
                 "rebalances": len(summaries),
                 "moved": sum(s["moved"] for s in summaries),
                 "duplicates": sum(s["duplicates"] for s in summaries),
+                "unmeasured": sum(s.get("unmeasured", 0) for s in summaries),   # moves to or from a peer
                 "gap_ms": max((s["gap_ms"] for s in summaries), default=0),
                 "overlap_ms": max((s["overlap_ms"] for s in summaries), default=0),
                 "lag_spike": max(spikes, default=None),
             },
             "rebalances": summaries[-limit:],
         }
+
+    def saved(self, now_ms: int) -> dict:
+        """The window's rebalances with their hand-offs, for the next run of the lab
+        (``restore``): the 15-minute story survives a restart. ``saved_ts``: when an overlap
+        still running ends (the lab stops with the save)."""
+        self.forget_before(now_ms)
+        return {"saved_ts": now_ms, "next_id": self._next_id,
+                "rebalances": [r.detail(now_ms, self.silent) for r in self.rebalances]}
+
+    def restore(self, saved: dict, now_ms: int) -> None:
+        """Take back what ``saved`` gave (before any hand-off of this run): rebalances
+        still inside the window, final; new ones are numbered after them."""
+        kept = [SavedRebalance(d, saved["saved_ts"]) for d in saved.get("rebalances", ())
+                if d["end_ts"] >= now_ms - self.window_ms]
+        self.rebalances.extendleft(reversed(kept))
+        for r in kept:
+            self._episodes[r.id] = r
+        self._next_id = max(self._next_id, saved.get("next_id", 1), *(r.id + 1 for r in kept))
+        self.version += 1
 
     def detail(self, rebalance_id: int, now_ms: int) -> dict | None:
         rebalance = self._episodes.get(rebalance_id)

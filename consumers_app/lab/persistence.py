@@ -1,4 +1,5 @@
-"""The lab's state in the database, so a restarted runlab comes back as it was left.
+"""The lab's state in the database, so a restarted runlab comes back as it was left;
+its hand-off story (the last 15 minutes) in a file under the data dir.
 
 The controller describes itself as a Scenario (``desired_scenario``); ``LabMemory``
 writes it when it changed (checked every ``interval`` seconds, so a burst of actions is
@@ -7,7 +8,10 @@ one write) and reads it back at start-up.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+from pathlib import Path
 
 from asgiref.sync import sync_to_async
 
@@ -68,4 +72,57 @@ class LabMemory:
                 await asyncio.shield(self.save(describe()))
             except Exception:  # noqa: BLE001
                 log.exception("saving the lab state on stop failed")
+            raise
+
+
+class HandoffStory:
+    """The last 15 minutes of each group's hand-offs (handoff.py), in a JSON file, so that a
+    restarted lab still tells what the rebalances before the restart did. Written when it
+    changed (checked every ``interval`` seconds) and once more on the way out; an unreadable
+    file (another version's) is ignored with a warning."""
+
+    def __init__(self, path, interval: float = 5.0):
+        self.path = Path(path)
+        self.interval = interval
+        self._written: str | None = None
+
+    def load(self) -> dict[str, dict]:
+        """group name -> its saved story (GroupHandoffs.saved); {} when there is none."""
+        try:
+            text = self.path.read_text()
+            data = json.loads(text)
+            if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+                raise ValueError("not an object of groups")
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring the saved hand-offs in %s: %s", self.path, exc)
+            return {}
+        self._written = text
+        return data
+
+    def save(self, stories: dict[str, dict]) -> bool:
+        text = json.dumps(stories, separators=(",", ":"))
+        if text == self._written:
+            return False
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.path)   # a reader never sees half a file
+        self._written = text
+        return True
+
+    async def keep(self, describe) -> None:
+        """Save ``describe()`` whenever it changes, until cancelled; a last save on the way out."""
+        try:
+            while True:
+                await asyncio.sleep(self.interval)
+                try:
+                    await asyncio.to_thread(self.save, describe())
+                except Exception:  # noqa: BLE001 - the live lab matters more than its memory
+                    log.exception("saving the hand-offs to %s failed", self.path)
+        except asyncio.CancelledError:
+            try:
+                self.save(describe())
+            except Exception:  # noqa: BLE001
+                log.exception("saving the hand-offs to %s on stop failed", self.path)
             raise

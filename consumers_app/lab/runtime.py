@@ -11,7 +11,7 @@ from django.conf import settings
 from .cluster_admin import ClusterAdmin, attachment
 from .controller import LabController, Limits
 from .disk import DiskPlaces
-from .persistence import LabMemory
+from .persistence import HandoffStory, LabMemory
 from .scenario import DEFAULT, on_cluster
 
 
@@ -69,6 +69,7 @@ class LabRuntime:
             limits=Limits(consumers=settings.LAB_MAX_CONSUMERS, group_consumers=settings.LAB_MAX_GROUP_CONSUMERS,
                           topic_queues=settings.LAB_MAX_TOPIC_QUEUES),
             disk=disk_places(broker_data_dir, commitlog_budget),
+            handoff_story=HandoffStory(settings.DATA_DIR / "handoffs.json") if memory is not None else None,
             admin=cluster, cluster=attachment(cluster.namesrv, broker_address) if cluster is not None else None)
         self.memory = memory
         self.fresh = fresh
@@ -118,6 +119,8 @@ class LabRuntime:
         ``fresh`` forgets the saved one; no scenario at all when asked for none."""
         if self.memory is not None and self.fresh:
             await self.memory.clear()
+            if self.controller.handoff_story is not None:
+                self.controller.handoff_story.path.unlink(missing_ok=True)
         if not self.scenario:
             return None
         saved = await self.memory.load() if self.memory is not None and not self.fresh else None

@@ -176,6 +176,7 @@ class LabState:
                 if client.group in self.groups:
                     self.groups[client.group].route_seen.pop(client_id, None)
                     self.groups[client.group].noop_rebalances.pop(client_id, None)
+                    self.groups[client.group].handoffs.expired.discard(client_id)
         dropped = []
         occupied = {c.group for c in self.clients.values()}
         for name, group in list(self.groups.items()):
@@ -229,7 +230,7 @@ class LabState:
         client = self.clients.get(client_id)
         if client is not None and client.client != "ours" and not client.reports_consumed:
             group.handoffs.silent.add(client_id)   # an observed peer: its duplicates cannot be measured
-        consuming = client is None or client.status in ("starting", "running")
+        consuming = (client is None or client.status in ("starting", "running")) and client_id not in group.handoffs.expired
         group.handoffs.set_holding(client_id, group.assignments.get(client_id, ()) if consuming else (), ts, reason)
 
     # -- events ------------------------------------------------------------------
@@ -277,6 +278,7 @@ class LabState:
             # Every consumer repeats the notices it hears; the log keeps the broker's own.
             if event.source == "broker":
                 group.membership_log.append(event)
+                self._expiry(group, event)
         elif isinstance(event, FlowControlEvent):
             group.flow_control.append(event)
         elif isinstance(event, ConsumeEvent):
@@ -311,11 +313,25 @@ class LabState:
         for g in self.groups.values():
             if g.mode == "pop":
                 continue   # pop clients ask the broker for their assignment every 5 s instead
+            if event.change in ("online", "offline") and event.broker:
+                g.handoffs.broker_changed([x for x in self.topics.get(g.topic, ()) if broker_of(x) == event.broker],
+                                          event.change == "online", f"{event.broker} {event.change}")
             if event.topic in (None, "", g.topic):
                 # A consumer's refresh may have seen it before this event got here.
                 g.route_change = {"ts": event.ts, "change": event.change, "broker": event.broker or "",
                                   "noticed": {c: ts - event.ts for c, ts in g.route_seen.items()
                                               if ts >= event.ts}}
+
+    def _expiry(self, group: GroupState, event: MembershipEvent) -> None:
+        """The broker dropped a member (expired it, or it left): whatever the lab last heard
+        from it, it holds nothing for its group any more, until the broker lists it again."""
+        for client_id in event.left or ():
+            group.handoffs.expired.add(client_id)
+            self._holding_changed(group, client_id, event.ts)
+        for client_id in event.joined or ():
+            if client_id in group.handoffs.expired:
+                group.handoffs.expired.discard(client_id)
+                self._holding_changed(group, client_id, event.ts)
 
     @staticmethod
     def _apply_fault(client: ClientState, event: FaultEvent) -> None:

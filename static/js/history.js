@@ -65,37 +65,61 @@
       select.appendChild(o);
     });
     if (current) select.value = current;
-    $("h-pending").textContent = data.unprocessed_recordings
-      ? data.unprocessed_recordings + " recording file(s) not processed yet" : "";
+    unprocessed = data.unprocessed_recordings || 0;
+    showPending();
     showJob(data.job);
     if (!data.groups.length) message("No lag history yet: record a scenario, then run the lag job.");
     return data;
   }
 
+  // The axes make room for their labels (a queue's TOPIC@BROKER:QID is long).
   function layout(title, extra) {
     return Object.assign({ title: { text: title, font: { size: 14 } }, margin: { l: 90, r: 20, t: 40, b: 60 },
-                           xaxis: { type: "date" }, legend: { orientation: "h" }, height: 320 }, extra || {});
+                           xaxis: { type: "date", automargin: true }, yaxis: { automargin: true },
+                           legend: { orientation: "h" }, height: 320 }, extra || {});
+  }
+
+  // Labels closer than 3% of the range drawn are one label ("kill c2 +2 more", every one in
+  // its hover text): side by side they would overprint each other.
+  function spacedLabels(items, span) {
+    const groups = [];
+    items.slice().sort((a, b) => a.ms - b.ms).forEach((item) => {
+      const last = groups[groups.length - 1];
+      if (last && item.ms - last[0].ms < span * 0.03) last.push(item);
+      else groups.push([item]);
+    });
+    return groups.map((g) => ({ ...g[0], text: g.length === 1 ? g[0].text : g[0].text + " +" + (g.length - 1) + " more",
+                                hovertext: g.map((i) => i.text).join("<br>") }));
   }
 
   function markers(data) {
     const shapes = [], annotations = [];
+    const times = (data.rebalances.map((r) => Date.parse(r.end)))
+      .concat((data.marks || []).map((m) => Date.parse(m.t))).filter((t) => !isNaN(t));
+    const span = Math.max(1, Math.max(...times, 0) - Math.min(...times, Date.now()));
+    const rebalanceLabels = [];
     data.rebalances.forEach((r) => {
       shapes.push({ type: "line", x0: r.end, x1: r.end, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", color: "#555" } });
-      annotations.push({ x: r.end, y: 1, yref: "paper", text: "rebalance " + r.client_id + " " + r.duration_ms + " ms",
-                         showarrow: false, textangle: -90, xanchor: "right", font: { size: 9 } });
+      rebalanceLabels.push({ ms: Date.parse(r.end), x: r.end, text: "rebalance " + r.client_id + " " + r.duration_ms + " ms" });
     });
+    spacedLabels(rebalanceLabels, span).forEach((l) => annotations.push({ x: l.x, y: 1, yref: "paper", text: l.text,
+      hovertext: l.hovertext, showarrow: false, textangle: -90, xanchor: "right", yanchor: "top", font: { size: 10 },
+      bgcolor: "rgba(255,255,255,0.8)" }));
     data.flow_control.forEach((f) => {
       shapes.push({ type: "rect", x0: f.start, x1: f.end, yref: "paper", y0: 0, y1: 1, fillcolor: "#e8590c",
                     opacity: 0.12, line: { width: 0 } });
     });
     // Faults the user injected, strategy switches among them: solid lines in their colour.
+    const faultLabels = [];
     (data.marks || []).filter((m) => m.kind === "fault").forEach((m) => {
       const colour = FAULT_COLOURS[m.name] || "#868e96";
       const what = m.name === "strategy" ? "strategy " + (m.detail.strategy || "") : m.name + " " + (m.client_id || m.detail.topic || "");
       shapes.push({ type: "line", x0: m.t, x1: m.t, yref: "paper", y0: 0, y1: 1, line: { color: colour, width: 1.5 } });
-      annotations.push({ x: m.t, y: 0, yref: "paper", text: what, showarrow: false, textangle: -90, xanchor: "left",
-                         yanchor: "bottom", font: { size: 9, color: colour } });
+      faultLabels.push({ ms: Date.parse(m.t), x: m.t, text: what, colour });
     });
+    spacedLabels(faultLabels, span).forEach((l) => annotations.push({ x: l.x, y: 0, yref: "paper", text: l.text,
+      hovertext: l.hovertext, showarrow: false, textangle: -90, xanchor: "left", yanchor: "bottom",
+      font: { size: 10, color: l.colour }, bgcolor: "rgba(255,255,255,0.8)" }));
     return { shapes, annotations };
   }
 
@@ -224,8 +248,17 @@
     showService(job.service);
   }
 
+  // Files the lag job has not read yet: news only when no service reads them as they come
+  // (next to "live: new windows every ~10 s" it would contradict it).
+  let unprocessed = 0, serviceLive = false;
+  function showPending() {
+    $("h-pending").textContent = unprocessed && !serviceLive ? unprocessed + " recording file(s) not processed yet" : "";
+  }
+
   function showService(service) {
     if (!service) return;
+    serviceLive = !service.paused && service.state === "running";
+    showPending();
     const el = $("h-service");
     el.textContent = service.paused ? "history paused: " + service.paused
       : service.state === "running" ? "live: new windows every ~10 s" : "";

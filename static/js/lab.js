@@ -46,11 +46,20 @@
     const i = label.lastIndexOf(":");
     return [label.slice(0, i), Number(label.slice(i + 1))];
   }
-  // The palette first; past it, hues spread by the golden angle (two lightnesses), so that
-  // 64 or 128 consumers still get colours of their own rather than the palette's again.
+  // A consumer's colour follows from its id alone, so it keeps it for its life whoever comes
+  // and goes (and after a reload): the lab's cN is the palette's Nth; past the palette, and
+  // for other clients' ids (a hash), hues spread by the golden angle (two lightnesses), so
+  // that 64 or 128 consumers still get colours of their own rather than the palette's again.
+  function colourNumber(clientId) {
+    const lab = /^c(\d+)$/.exec(clientId);
+    if (lab) return Number(lab[1]) - 1;
+    let hash = 0;
+    for (const ch of clientId) hash = (hash * 31 + ch.codePointAt(0)) >>> 0;
+    return PALETTE.length + (hash % 4093);
+  }
   function colourOf(clientId) {
     if (!colours.has(clientId)) {
-      const n = colours.size;
+      const n = colourNumber(String(clientId));
       colours.set(clientId, n < PALETTE.length ? PALETTE[n]
         : `hsl(${Math.round((n * 137.508) % 360)} ${n % 2 ? 55 : 70}% ${n % 3 ? 45 : 60}%)`);
     }
@@ -486,8 +495,12 @@
 
   function buildConsumerControls(name) {
     const who = el("select", { name: "client_id", "aria-label": "consumer" });
+    who.addEventListener("change", () => {
+      const card = who.closest(".group");
+      if (card && lab.groups[name]) showConsumerFaults(card, lab.groups[name]);
+    });
     const act = (action, body = {}) => (event) => {
-      if (!who.value) return showError("Pick a consumer first.");
+      if (!who.value) return showError("Pick a consumer first.", event.currentTarget);
       callApi(`/api/consumers/${encodeURIComponent(who.value)}/${action}`, body instanceof Function ? body() : body, event.currentTarget);
     };
     const ms = el("input", { type: "number", name: "ms", min: 0, step: 50, value: 200, "aria-label": "ms per message" });
@@ -546,10 +559,7 @@
     setText(card.querySelector(".topic"), g.topic ? `on ${g.topic}` : "");
     setSelect(card.querySelector('[data-control="strategy"]'), g.strategy);
     setSelect(card.querySelector('[data-control="mode"]'), g.mode);
-    const r = g.lastRebalance;
-    setText(card.querySelector('[data-role="last-rebalance"]'), r
-      ? `Last rebalance that moved queues ${clock(r.ts)}${r.client_id ? ` by ${r.client_id}` : ""}: ${r.reason || "periodic"} · ${fmtMs(r.duration_ms)} · ${changedCount(r)} queue(s) changed`
-      : "No rebalance has moved a queue yet.");
+    setText(card.querySelector('[data-role="last-rebalance"]'), lastRebalanceLine(g));
     showNoopRebalances(card.querySelector('[data-role="noop-rebalances"]'), g);
     showHandoffs(card, g);
     setText(card.querySelector('[data-role="route-change"]'), routeChangeLine(g));
@@ -572,12 +582,31 @@
         if (alive.includes(keep)) who.value = keep;
       }
     }
+    showConsumerFaults(card, g);
     // "Add" offers the group's own mode; a different pick stays until the group's mode changes.
     const addMode = card.querySelector('select[data-role="add-mode"]');
     if (addMode && addMode.dataset.groupMode !== g.mode) {
       addMode.dataset.groupMode = g.mode;
       addMode.value = g.mode;
     }
+  }
+
+  // An input shows the value in force: set again whenever that value changes (or the thing
+  // it is about does), and left alone while the user types a new one.
+  function showInForce(input, value, about) {
+    if (!input || value === undefined || value === null) return;
+    const stamp = `${about}|${value}`;
+    if (input.dataset.inForce === stamp || document.activeElement === input) return;
+    input.dataset.inForce = stamp;
+    input.value = String(value);
+  }
+
+  function showConsumerFaults(card, g) {
+    const who = card.querySelector('select[name="client_id"]');
+    const c = who && g.clients[who.value];
+    if (!c) return;
+    showInForce(card.querySelector('input[name="ms"]'), c.slow_ms || 0, who.value);
+    showInForce(card.querySelector('input[name="ratio"]'), c.fail_ratio || 0, who.value);
   }
 
   // Consumers learn of queue and broker changes only from their route refresh (every
@@ -656,11 +685,20 @@
       `cached ${fmt(totals.cached_count)} msgs · ${fmt(totals.cached_bytes / MIB, 1)} MiB · span ${fmt(totals.span)}`];
   }
 
+  // A long client id (a peer's 192.0.2.2@ali-ons-13877) shortened to its ends, the whole on
+  // hover: the matrix stays inside its card.
+  const CID_MAX = 14;
+  const shortCid = (cid) => (cid.length > CID_MAX ? `${cid.slice(0, 6)}…${cid.slice(-6)}` : cid);
+  function cidLabel(cid) {
+    const short = shortCid(cid);
+    return el("span", { class: "cid", title: short === cid ? null : cid, "data-cid": cid }, short);
+  }
+
   // A consumer's row head in the matrix: swatch, id, status, faults, which client it is.
   function consumerLabel(cid, c, status) {
     const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean).join(" · ");
     return [
-      el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
+      el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), cidLabel(cid),
       status !== "running" ? el("span", { class: `status ${status}` }, status) : null,
       c.client === "outside" ? el("span", { class: "peer", "data-role": "outside-client",
         title: c.assignment_source === "unknown" ? `${c.note}: its queues are unknown; lag comes from the broker's stats`
@@ -746,8 +784,8 @@
 
     paintHead(th, label, facts, pop) {
       const { owners, state, owner } = facts;
-      const note = pop ? (owners.length > 2 ? `${owners.length} consumers` : owners.join(", ") || "no pops")
-        : state === "owned" ? owner : state === "contested" ? `${owners.length} owners` : "unowned";
+      const note = pop ? (owners.length > 2 ? `${owners.length} consumers` : owners.map(shortCid).join(", ") || "no pops")
+        : state === "owned" ? shortCid(owner) : state === "contested" ? `${owners.length} owners` : "unowned";
       setClassName(th, `queue-head ${state}`);
       setData(th, "state", state);
       setData(th, "owner", owner);
@@ -959,7 +997,7 @@
         entry.shownLook = look;
         const faults = [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""].filter(Boolean);
         entry.title = [`${cid}: ${status}`, `${count} queue(s)`, noopText(noops), ...faults, c.client && c.client !== "ours" ? c.client : ""].filter(Boolean).join(" · ");
-        entry.replaceChildren(el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), el("span", { class: "cid" }, cid),
+        entry.replaceChildren(el("span", { class: "swatch", style: `background:${colourOf(cid)}` }), cidLabel(cid),
           el("span", { class: "count" }, String(count)), ...(status !== "running" ? [el("span", { class: `status ${status}` }, status)] : []));
       }
     }
@@ -1127,7 +1165,9 @@
 
   function renderLabControls() {
     if (!canControl) return;
-    const topics = Object.keys(lab.topics).sort(javaOrder);
+    // The user's topics only: a group's %RETRY% and %DLQ% topics are the broker's, never a
+    // target of a rate, a burst or a queue change (and sort first in Java's order).
+    const topics = Object.keys(lab.topics).filter((t) => !isSystemTopic(t)).sort(javaOrder);
     for (const select of document.querySelectorAll(".topic-select")) {
       const values = [...select.options].map((o) => o.value).join(",");
       if (values !== topics.join(",")) {
@@ -1160,9 +1200,15 @@
     updateProducerRate();
   }
 
+  // RocketMQ's own topics (TopicValidator's system topics, the groups' retry and dead-letter ones).
+  const SYSTEM_TOPICS = new Set(["SCHEDULE_TOPIC_XXXX", "TBW102", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "BenchmarkTest",
+    "TRANS_CHECK_MAX_TIME_TOPIC"]);
+  const isSystemTopic = (t) => t.startsWith("%") || SYSTEM_TOPICS.has(t) || /^(RMQ_SYS_|rmq_sys_)/.test(t);
+
   function updateProducerRate() {
     const topic = document.querySelector("#producer-form .topic-select").value;
     const producer = lab.producers[topic];
+    showInForce(document.querySelector('#producer-form input[name="rate"]'), producer ? producer.rate : 0, topic);
     setText(document.getElementById("producer-rate"), producer && producer.rate !== undefined ? `now ${fmt(producer.rate)} msg/s` : "");
   }
 
@@ -1197,14 +1243,14 @@
       const answer = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
       if (previews.get(name) !== entry) return;   // cancelled, or a newer pick
       if (!response.ok) {
-        showError(answer.error || `${response.status} ${response.statusText}`);
+        showError(answer.error || `${response.status} ${response.statusText}`, select);
         return closePreview(card, name);
       }
       Object.assign(entry, { answer, moves: new Map(answer.moves.map((m) => [m.queue, m])), loading: false });
       showPreview(card, name, entry);
     } catch (err) {
       if (previews.get(name) !== entry) return;
-      showError(`Request failed: ${err.message}`);
+      showError(`Request failed: ${err.message}`, select);
       closePreview(card, name);
     }
   }
@@ -1422,13 +1468,36 @@
   function handoffTotalsLine(t) {
     if (!t.rebalances) return "Last 15 min: no rebalance moved a queue.";
     return `Last 15 min: ${plural(t.rebalances, "rebalance")} moved ${plural(t.moved, "queue")} · ` +
-      `${plural(t.duplicates, "message")} consumed twice · longest gap ${fmtMs(t.gap_ms)} · longest overlap ${fmtMs(t.overlap_ms)}` +
+      `${duplicatesText(t)} · longest gap ${fmtMs(t.gap_ms)} · longest overlap ${fmtMs(t.overlap_ms)}` +
       (t.lag_spike !== null && t.lag_spike !== undefined ? ` · biggest lag spike ${fmt(t.lag_spike)}` : "");
+  }
+
+  // The consumed-twice figure as every place words it: a move to or from a peer (which
+  // reports no consumed offsets) is "not measured", never a 0 that would claim none.
+  function duplicatesText(r) {
+    const measured = r.moved - (r.unmeasured || 0);
+    if (!measured) return "consumed twice: not measured (moves to or from a peer)";
+    return `${plural(r.duplicates, "message")} consumed twice` +
+      (r.unmeasured ? ` (${plural(r.unmeasured, "move")} to or from a peer not measured)` : "");
   }
 
   function rebalanceTitle(r) {
     return [`${clock(r.ts)} ${r.reason || "rebalance"}`, `${plural(r.moved, "queue")} moved among ${r.clients.join(", ")}`,
-      `${plural(r.duplicates, "message")} consumed twice · gap ${fmtMs(r.gap_ms)} · overlap ${fmtMs(r.overlap_ms)}`].join("\n");
+      `${duplicatesText(r)} · gap ${fmtMs(r.gap_ms)} · overlap ${fmtMs(r.overlap_ms)}${r.overlap_ongoing ? " (ongoing)" : ""}`].join("\n");
+  }
+
+  // The header and the totals line read the same record (the hand-offs of the window), so
+  // they never disagree; a consumer's rebalance that only took queues nobody held (its
+  // start) moved none, and says so.
+  function lastRebalanceLine(g) {
+    const rebalances = g.handoffs.rebalances || [];
+    const r = rebalances[rebalances.length - 1];
+    if (r) return `Last rebalance that moved queues ${clock(r.ts)}: ${r.reason || "rebalance"} · ` +
+      `${plural(r.moved, "queue")} moved among ${r.clients.join(", ")}`;
+    const c = g.lastRebalance;
+    return "No rebalance has moved a queue in the last 15 min." + (c
+      ? ` Last assignment change ${clock(c.ts)}${c.client_id ? ` by ${c.client_id}` : ""}: ${c.reason || "periodic"} · ${changedCount(c)} queue(s) taken or released, none from another consumer`
+      : "");
   }
 
   function showHandoffs(card, g) {
@@ -1439,16 +1508,38 @@
     setData(line, "moved", String(totals.moved || 0));
     const strip = card.querySelector('[data-role="rebalances"]');
     const now = Date.now();
-    const wanted = new Set(rebalances.map((r) => String(r.id)));
-    for (const mark of [...strip.children]) if (!wanted.has(mark.dataset.rebalanceId)) mark.remove();
+    const left = (ts) => `left:${Math.max(0, Math.min(100, 100 - ((now - ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`;
+    // Marks closer than CLUSTER_MS are one cluster (a button with their count, listing them
+    // on a click): marks on top of each other would hide all but the top one, and it
+    // would swallow the clicks. The clusters follow from the times alone: stable as the
+    // strip scrolls, rebuilt only when a rebalance comes or goes.
+    const clusters = clustersOf(rebalances);
+    const shape = clusters.map((c) => c.map((r) => r.id).join(",")).join("|");
+    if (strip.dataset.shape !== shape) {
+      const openList = strip.querySelector('.rebalance-cluster:not(.closed)')?.dataset.ids;
+      strip.dataset.shape = shape;
+      strip.replaceChildren(...clusters.map((c) => (c.length === 1 ? rebalanceMark(card, g.name)
+        : rebalanceCluster(card, g.name, c, openList))));
+    }
     const open = openRebalance.get(g.name);
-    for (const r of rebalances) {
-      let mark = strip.querySelector(`[data-rebalance-id="${r.id}"]`);
-      if (!mark) {
-        mark = el("button", { type: "button", class: "rebalance-mark", "data-rebalance-id": String(r.id),
-          onclick: () => openHandoff(card, g.name, r.id) });
-        strip.append(mark);
-      }
+    for (const cluster of strip.querySelectorAll(".rebalance-cluster")) {
+      const members = rebalances.filter((r) => cluster.dataset.ids.split(",").includes(String(r.id)));
+      const head = cluster.querySelector(".rebalance-cluster-head");
+      setStyle(cluster, left(members[0].ts));
+      setClass(cluster, "late", now - members[0].ts < HANDOFF_WINDOW_MS / 2);   // its list opens leftwards
+      setClass(cluster, "dupes", members.some((r) => r.duplicates > 0));
+      setAttr(head, "title", `${members.length} rebalances ${clock(members[0].ts)}–${clock(members[members.length - 1].ts)}, ` +
+        `${plural(members.reduce((n, r) => n + r.moved, 0), "queue")} moved: click for the list`);
+    }
+    const marks = [...strip.querySelectorAll(".rebalance-mark")];
+    rebalances.forEach((r, i) => {
+      const mark = marks[i];
+      const inCluster = Boolean(mark.closest(".rebalance-cluster"));
+      mark.onclick = () => {
+        mark.closest(".rebalance-cluster")?.classList.add("closed");   // its list would cover the panel
+        openHandoff(card, g.name, r.id);
+      };
+      setData(mark, "rebalanceId", String(r.id));
       setData(mark, "ts", String(r.ts));
       setData(mark, "endTs", String(r.end_ts));
       setData(mark, "duplicates", String(r.duplicates));
@@ -1456,14 +1547,46 @@
       setClass(mark, "dupes", r.duplicates > 0);
       setClass(mark, "open", Boolean(open) && open.id === r.id);
       setAttr(mark, "title", rebalanceTitle(r));
-      setAttr(mark, "aria-label", `rebalance at ${clock(r.ts)}: ${plural(r.moved, "queue")} moved, ${plural(r.duplicates, "duplicate")}`);
-      setStyle(mark, `left:${Math.max(0, Math.min(100, 100 - ((now - r.ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`);
+      setAttr(mark, "aria-label", `rebalance at ${clock(r.ts)}: ${plural(r.moved, "queue")} moved, ${duplicatesText(r)}`);
+      setText(mark, inCluster ? `${clock(r.ts)} ${r.reason || "rebalance"} · ${r.moved} moved` : "");
+      setStyle(mark, inCluster ? "" : left(r.ts));
       // An open rebalance whose figures moved on (the new owner caught up): ask again.
       if (open && open.id === r.id && !open.loading && open.stamp !== `${r.moved}|${r.duplicates}|${r.gap_ms}|${r.overlap_ms}|${r.lag_spike}`) {
         openHandoff(card, g.name, r.id, true);
       }
-    }
+    });
     setClass(strip, "no-rebalances", !rebalances.length);   // not "empty": that class is the groups' placeholder
+  }
+
+  const CLUSTER_MS = HANDOFF_WINDOW_MS * 0.02;   // 18 s: 2% of the strip's width
+
+  function clustersOf(rebalances) {
+    const clusters = [];
+    for (const r of rebalances) {
+      const last = clusters[clusters.length - 1];
+      if (last && r.ts - last[last.length - 1].ts < CLUSTER_MS) last.push(r);
+      else clusters.push([r]);
+    }
+    return clusters;
+  }
+
+  function rebalanceMark() {
+    return el("button", { type: "button", class: "rebalance-mark" });
+  }
+
+  function rebalanceCluster(card, name, members, openIds) {
+    const ids = members.map((r) => r.id).join(",");
+    const list = el("div", { class: "rebalance-cluster-list", role: "list" }, members.map(() => rebalanceMark()));
+    const cluster = el("div", { class: `rebalance-cluster${openIds === ids ? "" : " closed"}`, "data-ids": ids }, null, list);
+    const head = el("button", { type: "button", class: "rebalance-cluster-head", "aria-haspopup": "true",
+      onclick: () => {
+        const closing = !cluster.classList.contains("closed");
+        for (const other of card.querySelectorAll(".rebalance-cluster")) other.classList.add("closed");
+        cluster.classList.toggle("closed", closing);
+        head.setAttribute("aria-expanded", String(!closing));
+      } }, String(members.length));
+    cluster.prepend(head);
+    return cluster;
   }
 
   async function openHandoff(card, name, id, refresh = false) {
@@ -1480,10 +1603,7 @@
       const response = await fetch(`/api/groups/${encodeURIComponent(name)}/rebalances/${id}`, { credentials: "same-origin" });
       const answer = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
       if (openRebalance.get(name) !== entry) return;
-      if (!response.ok) {
-        showError(answer.error || `${response.status} ${response.statusText}`);
-        return closeHandoff(card, name);
-      }
+      if (!response.ok) return handoffError(panel, answer.error || `${response.status} ${response.statusText}`);
       entry.loading = false;
       entry.stamp = `${answer.moved}|${answer.duplicates}|${answer.gap_ms}|${answer.overlap_ms}|${answer.lag_spike}`;
       panel.replaceChildren(...handoffPanel(card, name, answer));
@@ -1491,9 +1611,14 @@
       for (const mark of card.querySelectorAll(".rebalance-mark")) setClass(mark, "open", mark.dataset.rebalanceId === String(id));
     } catch (err) {
       if (openRebalance.get(name) !== entry) return;
-      showError(`Request failed: ${err.message}`);
-      closeHandoff(card, name);
+      handoffError(panel, `Request failed: ${err.message}`);
     }
+  }
+
+  // Under the marks, where the click was (a second click on the mark closes it).
+  function handoffError(panel, message) {
+    panel.replaceChildren(el("p", { class: "control-error", "data-role": "control-error", role: "alert" }, message));
+    panel.hidden = false;
   }
 
   function closeHandoff(card, name) {
@@ -1508,15 +1633,14 @@
     const head = el("p", { class: "handoff-summary", "data-role": "handoff-summary", "data-rebalance-id": String(r.id),
       "data-duplicates": String(r.duplicates), "data-moved": String(r.moved) },
       el("b", {}, `Rebalance at ${clock(r.ts)}`), ` (${r.reason || "rebalance"}): ${plural(r.moved, "queue")} moved, `,
-      el("b", {}, `${plural(r.duplicates, "message")} consumed twice`),
-      ` · gap up to ${fmtMs(r.gap_ms)} · overlap up to ${fmtMs(r.overlap_ms)}` +
-        (r.unmeasured ? ` · ${plural(r.unmeasured, "move")} to or from a peer not measured` : ""),
+      el("b", {}, duplicatesText(r)),
+      ` · gap up to ${fmtMs(r.gap_ms)} · overlap up to ${fmtMs(r.overlap_ms)}`,
       el("button", { type: "button", class: "close", "data-action": "close-handoff", onclick: () => closeHandoff(card, name) }, "Close"));
     const why = el("p", { class: "handoff-why" },
       "Each consumer rebalances on its own. The new owner starts at the committed offset, so what the old owner consumed " +
       "after its last commit is consumed again (RocketMQ's at-least-once). An overlap is when both held the queue; a gap when neither consumed it.");
     const rows = r.moves.map((m) => el("tr", { "data-handoff-queue": m.queue, "data-duplicates": String(m.duplicates) },
-      el("td", {}, m.queue), el("td", {}, `${m.from.join(" + ") || "nobody"} → ${m.to}`),
+      el("td", {}, m.queue), el("td", {}, `${m.from.join(" + ") || "nobody"} → ${m.to || "nobody"}`),
       el("td", {}, m.gap_ms ? fmtMs(m.gap_ms) : "–"),
       el("td", {}, m.overlap_ms ? `${fmtMs(m.overlap_ms)}${m.overlap_ongoing ? " (ongoing)" : ""}` : "–"),
       m.duplicates === null
@@ -1546,15 +1670,15 @@
       });
       const data = await response.json().catch(() => ({ error: `${response.status} ${response.statusText}` }));
       if (!response.ok) {
-        showError(data.error || `${response.status} ${response.statusText}`);
+        showError(data.error || `${response.status} ${response.statusText}`, control);
         scheduleRender();
         return null;
       }
-      hideError();
+      hideError(control);
       applySnapshot(data.state || data);   // every action answers with the new state
       return data;
     } catch (err) {
-      showError(`Request failed: ${err.message}`);
+      showError(`Request failed: ${err.message}`, control);
       return null;
     } finally {
       if (control) {
@@ -1565,16 +1689,40 @@
     }
   }
 
+  // A control's error is written next to it (the row it sits in), where the user looks;
+  // only errors of no control (a failed fetch of the page's own) go to the box at the top.
   const errorBox = document.getElementById("lab-error");
-  function showError(message) {
+  const ERROR_HOME = ".control, .group-head, .strategy-preview, .rebalance-strip";
+  function errorSlot(control, create) {
+    const home = control && control.isConnected ? control.closest(ERROR_HOME) : null;
+    if (!home) return null;
+    let slot = home.querySelector(':scope > [data-role="control-error"]');
+    if (!slot && create) {
+      slot = el("span", { class: "control-error", "data-role": "control-error", role: "alert" });
+      home.append(slot);
+    }
+    return slot;
+  }
+  function showError(message, control) {
+    const slot = errorSlot(control, true);
+    if (slot) {
+      slot.textContent = message;
+      slot.hidden = false;
+      return;
+    }
     errorBox.querySelector(".message").textContent = message;
     errorBox.hidden = false;
   }
-  function hideError() { errorBox.hidden = true; }
+  function hideError(control) {
+    const slot = errorSlot(control, false);
+    if (slot) slot.remove();
+    errorBox.hidden = true;
+  }
   errorBox.querySelector(".dismiss").addEventListener("click", hideError);
 
   if (canControl) {
     const producerForm = document.getElementById("producer-form");
+    producerForm.querySelector(".topic-select").addEventListener("change", updateProducerRate);
     producerForm.addEventListener("submit", (event) => {
       event.preventDefault();
       const f = new FormData(producerForm);

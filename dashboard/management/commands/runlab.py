@@ -15,6 +15,8 @@ existing cluster (consumers_app/lab/cluster_admin.py), after checking that its n
 answers; pop groups use LAB_PROXY, a RocketMQ 5 proxy, when set.
 """
 import asyncio
+import re
+import socket
 import sys
 
 from asgiref.sync import sync_to_async
@@ -38,17 +40,20 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--port", type=int, default=None,
+                            help="the dashboard's port (default 8000, or the next free one)")
         parser.add_argument("--no-scenario", action="store_true", help="start with no topics, producers or consumers")
         parser.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
                             help="extra argument for runbroker, e.g. --broker-arg=--client-expiry-ms=3000")
         parser.add_argument("--client-option", action="append", default=[], metavar="KIND.NAME=VALUE",
                             help="client config override, e.g. push.heartbeat_interval_ms=1000 (KIND * = all)")
         parser.add_argument("--workers", type=int, default=2, help="worker processes hosting the clients")
-        parser.add_argument("--namesrv-port", type=int, default=9876,
-                            help="the broker's RocketMQ name server port, for remoting clients (0: any free port)")
-        parser.add_argument("--remoting-port", type=int, default=10911,
-                            help="first remoting port of the logical brokers (0: any free ports)")
+        parser.add_argument("--namesrv-port", type=int, default=None,
+                            help="the broker's RocketMQ name server port, for remoting clients "
+                                 "(default 9876, or the next free one; 0: any free port)")
+        parser.add_argument("--remoting-port", type=int, default=None,
+                            help="first remoting port of the logical brokers (default 10911, or the next free "
+                                 "ones; 0: any free ports)")
         parser.add_argument("--fresh", action="store_true",
                             help="forget the saved lab state and start from the default scenario")
         parser.add_argument("--namesrv", default=settings.LAB_NAMESRV, metavar="HOST:PORT",
@@ -68,6 +73,13 @@ class Command(BaseCommand):
             raise CommandError("--topic names an existing topic of a cluster: use it with --namesrv")
         if namesrv:
             self.check_cluster(namesrv, topic)
+        port = self.free_port(host, "--port", port, 8000)
+        if not namesrv:
+            namesrv_port = self.free_port("127.0.0.1", "--namesrv-port", namesrv_port, 9876)
+            remoting_port = self.free_port("127.0.0.1", "--remoting-port", remoting_port, 10911, span=BROKERS_SPAN)
+            broker_host, _, broker_port = settings.LAB_BROKER.rpartition(":")
+            free = self.free_port(broker_host, "LAB_BROKER", None, int(broker_port))
+            settings.LAB_BROKER = f"{broker_host}:{free}"
         url = f"http://{host}:{port}"
         lock = DataDirLock(settings.DATA_DIR)
         try:
@@ -99,6 +111,25 @@ class Command(BaseCommand):
         if not ok:
             sys.exit(1)
 
+    def free_port(self, host: str, flag: str, asked: int | None, default: int, span: int = 1) -> int:
+        """The port to use for ``flag``: the one asked for, which must be free (else exit 1
+        naming the port and the flag), or the default, or past it the next free one, said
+        as Jupyter says it. ``span``: ports taken upward from it (one per logical broker)."""
+        if asked == 0:
+            return 0
+        port = default if asked is None else asked
+        taken = self.__dict__.setdefault("_ports_taken", set())   # by the flags checked before this one
+        for candidate in range(port, port + (1 if asked is not None else 50)):
+            ports = range(candidate, candidate + span)
+            if not taken.intersection(ports) and all(_free(host, p) for p in ports):
+                if candidate != port:
+                    self.say(f"port {port} ({flag}) is in use, using {candidate}")
+                taken.update(ports)
+                return candidate
+        if asked is not None:
+            raise CommandError(f"port {port} is in use: pick another with {flag}=PORT (0: any free port)")
+        raise CommandError(f"ports {port}-{port + 49} are in use: pick one with {flag}=PORT")
+
     def check_cluster(self, namesrv: str, topic: str | None) -> None:
         """Exit 1 with one line on stderr unless the name server answers with its brokers
         (and has ``topic``, when one is named)."""
@@ -127,7 +158,7 @@ class Command(BaseCommand):
     def lag_service_process(self) -> LagServiceProcess:
         # Verbosity 0: runlab's output shows when the service pauses or resumes, not every pass.
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "lagservice", "--verbosity", "0"]
-        return LagServiceProcess(argv, cwd=settings.BASE_DIR, out=self.stdout)
+        return LagServiceProcess(argv, cwd=settings.BASE_DIR, out=JavaTraceLines(self.stdout))
 
     @staticmethod
     async def login_url(url: str) -> str:
@@ -137,3 +168,36 @@ class Command(BaseCommand):
     def say(self, line: str) -> None:
         self.stdout.write(line)
         self.stdout.flush()
+
+
+BROKERS_SPAN = 2   # the embedded broker's logical brokers (broker-a, broker-b): a remoting port each
+
+
+def _free(host: str, port: int) -> bool:
+    """Nobody listens on host:port (binding it now succeeds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class JavaTraceLines:
+    """The lag service's output with Java stack traces cut to their first line: Spark says
+    RejectedExecutionException with fifty lines of frames when it is stopped mid-job, and
+    that is the stop working, not news. Everything else passes as it is."""
+
+    FRAME = re.compile(r"^(\[[\w-]+\] )?(\s+at \S|\s*\.\.\. \d+ more|Caused by: |\s+Suppressed: )")
+
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, text: str) -> None:
+        kept = [line for line in text.splitlines(keepends=True) if not self.FRAME.match(line)]
+        if kept:
+            self.out.write("".join(kept))
+
+    def flush(self) -> None:
+        self.out.flush()
