@@ -433,7 +433,10 @@ class LabController:
                 log.warning("offset poll failed: %s", _why(exc))
             self.collect_garbage()
             self._snapshot_due = True
-            await asyncio.sleep(self.poll_interval)
+            # Ticks on the wall clock's grid (10 per 10-s slice, the last one just before it
+            # ends): the recorder writes a slice right after its last tick (recorder.py).
+            period = self.poll_interval
+            await asyncio.sleep(period - time.time() % period + 0.005)
 
     async def _flush_loop(self) -> None:
         while True:
@@ -471,7 +474,7 @@ class LabController:
             from .recorder import Recorder, snapshot_rows
         except ImportError as exc:   # no silent "history off": say what is missing
             raise RuntimeError(f"lag history cannot be recorded: {exc} (install the project: make install)") from exc
-        self._recorder = Recorder(self.recorder_root)
+        self._recorder = Recorder(self.recorder_root, tick_ms=int(self.poll_interval * 1000))
         self._snapshot_rows = snapshot_rows
         self._tasks.append(asyncio.create_task(self._record_loop(), name="lab-recorder"))
 

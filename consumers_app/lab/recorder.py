@@ -9,7 +9,9 @@ Layout under ``root`` (``DATA_DIR/recordings`` by default)::
 slice of their ``ts`` (``ROLL_MS``) and a slice's buffer is written once a row of a later
 slice arrives, of either kind (files roll every 10 s, so the lag service sees a slice a
 second or so after it ends; events are sparse, snapshots tick every second and roll them
-too), when a buffer reaches ``max_rows`` (bounded memory: another part file of the same
+too) - or, with the snapshots' ``tick_ms``, as soon as a snapshot row is the slice's last
+tick (the next would fall in the next slice): the lag stream then folds a 10-s window in
+before it ends; an event of the slice's last second comes as a second file - when a buffer reaches ``max_rows`` (bounded memory: another part file of the same
 slice), on ``flush()`` and on ``close()`` (nothing is lost on a clean stop). A slice never
 spans two minutes, so the file name's minute still covers every row (the lag job relies on
 it to know which windows new files touch). A file is written under a dot-name and renamed
@@ -179,9 +181,12 @@ def _event_row(event: Event) -> dict:
 class Recorder:
     """Buffers snapshot rows and events per 10-s slice and writes them as Parquet. Thread-safe."""
 
-    def __init__(self, root: Path | str, max_rows: int = 200_000):
+    def __init__(self, root: Path | str, max_rows: int = 200_000, tick_ms: int | None = None):
         self.root = Path(root)
         self.max_rows = max_rows
+        # With the snapshots' tick: a slice is written right after its last tick (the next
+        # tick would fall in the next slice), a tick sooner than waiting for that tick.
+        self.tick_ms = tick_ms
         self._lock = threading.Lock()
         # kind -> slice start ts -> buffered rows
         self._buffers: dict[str, dict[int, list[dict]]] = {SNAPSHOTS: {}, EVENTS: {}}
@@ -207,6 +212,8 @@ class Recorder:
             for row in rows:
                 buffers.setdefault(slice_of(row["ts"]), []).append(row)
             newest = max(slice_of(row["ts"]) for row in rows)
+            if kind == SNAPSHOTS and self.tick_ms and max(row["ts"] for row in rows) + self.tick_ms >= newest + ROLL_MS:
+                newest += ROLL_MS   # the slice's last tick: it is complete
             self._newest_slice = newest if self._newest_slice is None else max(self._newest_slice, newest)
             # Roll: a slice is complete once a later slice shows up in either kind (the
             # once-a-second snapshots roll the sparse events); a full buffer is written

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from . import tail
 from .job import STATE_FILE, TABLE_HAS_RES, list_recordings
 from consumers_app.lab.recorder import EVENTS, SNAPSHOTS
 
@@ -47,12 +48,9 @@ class LagHistory:
         self.recordings_dir = Path(recordings_dir) if recordings_dir else default_recordings_dir()
 
     def _dataset(self, table: str):
-        path = self.lag_dir / table
-        if not path.is_dir():
-            return None
-        dataset = ds.dataset(path, format="parquet", partitioning=_PARTITIONS[TABLE_HAS_RES[table]])
-        # No files (every partition retired by the retention): no columns to filter on either.
-        return dataset if dataset.files else None
+        # The table and its tail (the stream's recent hours, tail.py) as one; None without
+        # files (every partition retired by the retention): no columns to filter on either.
+        return tail.dataset(self.lag_dir, table, _PARTITIONS[TABLE_HAS_RES[table]])
 
     def exists(self) -> bool:
         return self._dataset("group_windows") is not None

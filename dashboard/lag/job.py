@@ -58,6 +58,7 @@ staged partitions are swapped in with renames.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -71,6 +72,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import status as status_rules
+from . import tail
 from .swap import swap_in
 from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS, prune_hours
 
@@ -198,10 +200,10 @@ class LagJob:
         self._step += 1
         self.progress(self._step, len(self.STEPS), label)
 
-    def run(self, params: JobParams | None = None, lock_wait_s: float = 0.0) -> JobResult:
-        """One run under the output dir's lock; JobBusy if another run (the lag service's
-        pass, the button's lagjob) still holds it after ``lock_wait_s``."""
-        params = params or JobParams.from_settings()
+    @contextlib.contextmanager
+    def locked(self, lock_wait_s: float = 0.0):
+        """Hold the output dir's lock (one writer: a batch run or a stream pass); JobBusy if
+        another holds it after ``lock_wait_s``."""
         started = time.monotonic()
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / ".lock", "w") as lock:
@@ -213,11 +215,24 @@ class LagJob:
                     if time.monotonic() - started >= lock_wait_s:
                         raise JobBusy(f"another lag job is running on {self.out}") from None
                     time.sleep(0.2)
-            result = self._run_locked(params)
-            newest = self.load_state().get("last_ts")
-            if newest:
-                result.pruned_partitions = len(self.prune_history(int(params.history_days * DAY), newest))
+            yield
+
+    def run(self, params: JobParams | None = None, lock_wait_s: float = 0.0) -> JobResult:
+        """One run under the output dir's lock; JobBusy if another run (the lag service's
+        pass, the button's lagjob) still holds it after ``lock_wait_s``."""
+        params = params or JobParams.from_settings()
+        started = time.monotonic()
+        with self.locked(lock_wait_s):
+            result = self.run_locked(params)
         result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+    def run_locked(self, params: JobParams) -> JobResult:
+        """A run for a caller that holds the lock: the job, then the history's retention."""
+        result = self._run_locked(params)
+        newest = self.load_state().get("last_ts")
+        if newest:
+            result.pruned_partitions = len(self.prune_history(int(params.history_days * DAY), newest))
         return result
 
     def _run_locked(self, p: JobParams) -> JobResult:
@@ -313,7 +328,8 @@ class LagJob:
         """Delete every table's hour partitions that ended more than ``older_than_ms`` before
         ``newest_ms``; returns the deleted dirs."""
         return [d for table, has_res in TABLE_HAS_RES.items()
-                for root in self._partition_roots(self.out / table, has_res)
+                for base in (self.out / table, tail.tail_of(self.out, table))
+                for root in self._partition_roots(base, has_res)
                 for d in prune_hours(root, older_than_ms, newest_ms)]
 
     # -- io ---------------------------------------------------------------------------
@@ -384,12 +400,20 @@ class LagJob:
         part_cols = (["res"] if has_res else []) + ["date", "hour"]
         hours = hours_between(lo, hi)
         target = self.out / table
-        existing = [d for d in (self._partition_dirs(target, has_res, hours)) if d.is_dir() and any(d.glob("*.parquet"))]
+        rels = {d.relative_to(target) for d in self._partition_dirs(target, has_res, hours)}
         if not cached:
             new_rows = new_rows.persist()  # written and counted: computed once
         merged = new_rows.select(*sorted(new_rows.columns))
-        if existing:
-            old = self.spark.read.option("basePath", str(target)).parquet(*map(str, existing))
+        # What the partitions hold now, as readers see them: the stream's tail hides the
+        # table's partition of the same hour (tail.py).
+        old = None
+        for base in (tail.tail_of(self.out, table), target):
+            current = [base / rel for rel in rels if (base / rel).is_dir() and any((base / rel).glob("*.parquet"))
+                       and not (base == target and (tail.tail_of(self.out, table) / rel).is_dir())]
+            if current:
+                part = self.spark.read.option("basePath", str(base)).parquet(*map(str, current))
+                old = part if old is None else old.unionByName(part)
+        if old is not None:
             recomputed = _range_filter(lo, hi)
             if group is not None:
                 recomputed = recomputed & (F.col("group") == group)
@@ -399,8 +423,9 @@ class LagJob:
         # One file per partition (an hour holds ~100k windows for 256 queues at 10 s).
         merged.repartition(*part_cols).write.mode("overwrite").partitionBy(*part_cols).parquet(str(staging))
         # Every affected partition becomes exactly what was staged (or disappears), in one
-        # step for readers (swap.py).
-        swap_in(target, staging, {d.relative_to(target) for d in self._partition_dirs(target, has_res, hours)})
+        # step for readers (swap.py); then the tail stops hiding them.
+        swap_in(target, staging, rels)
+        tail.drop(self.out, table, rels)
         shutil.rmtree(staging, ignore_errors=True)
         count = new_rows.count()
         if not cached:
@@ -576,13 +601,24 @@ def _queue_output(agg, res_ms: int, res: str):
     return _with_partitions(out, res_ms=res_ms, res=res)
 
 
-def compute_group_windows(snapshots, queue_windows):
-    """A group's lag = the sum of its queues' lags at each sample ts, then windowed."""
+def group_per_ts(snapshots):
+    """A group's lag at each sample ts: the sum of its queues' lags (and how many queues)."""
     from pyspark.sql import functions as F
 
-    per_ts = (enrich(snapshots.select("group", "ts", "broker_min_offset", "broker_max_offset",
-                                      "consumer_offset", "oldest_unconsumed_store_ts"))
-              .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.count("*").alias("queues")))
+    return (enrich(snapshots.select("group", "ts", "broker_min_offset", "broker_max_offset",
+                                    "consumer_offset", "oldest_unconsumed_store_ts"))
+            .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.count("*").alias("queues")))
+
+
+def compute_group_windows(snapshots, queue_windows):
+    """A group's lag = the sum of its queues' lags at each sample ts, then windowed."""
+    return group_windows_from(group_per_ts(snapshots), queue_windows)
+
+
+def group_windows_from(per_ts, queue_windows):
+    """Group windows from group_per_ts() rows and the same windows' queue rows."""
+    from pyspark.sql import functions as F
+
     frames = []
     for res, res_ms in RESOLUTIONS.items():
         w = per_ts.withColumn("ws", F.col("ts") - F.col("ts") % res_ms)
@@ -661,20 +697,22 @@ def compute_flow_control(events):
     return frames[0].unionByName(frames[1])
 
 
-def compute_marks(events):
+def compute_marks(events, with_event_ts: bool = False):
     """Faults (strategy switches included) and hand-offs, for the charts' marks and the
-    range comparison; a hand-off is its latest ``handoff`` event, at the time it happened."""
+    range comparison; a hand-off is its latest ``handoff`` event, at the time it happened.
+    ``with_event_ts`` keeps ``_event_ts``: the ts of the event each mark comes from."""
     from pyspark.sql import functions as F
 
     faults = events.filter(F.col("type") == "fault").select(
         "group", "client_id", F.lit("fault").alias("kind"),
         F.coalesce(F.get_json_object("fields", "$.fault"), F.lit("unknown")).alias("name"),
-        F.col("ts").alias("ws"), F.col("fields").alias("detail"))
+        F.col("ts").alias("ws"), F.col("fields").alias("detail"), F.col("ts").alias("_event_ts"))
     handoffs = (events.filter(F.col("type") == "handoff")
                 .withColumn("queue", F.get_json_object("fields", "$.queue"))
                 .withColumn("added_ts", F.get_json_object("fields", "$.added_ts").cast("long"))
                 .groupBy("group", "client_id", "queue", "added_ts")
-                .agg(F.max_by("fields", "ts").alias("detail"))
+                .agg(F.max_by("fields", "ts").alias("detail"), F.max("ts").alias("_event_ts"))
                 .select("group", "client_id", F.lit("handoff").alias("kind"), F.col("queue").alias("name"),
-                        F.col("added_ts").alias("ws"), "detail"))
-    return _with_partitions(faults.unionByName(handoffs))
+                        F.col("added_ts").alias("ws"), "detail", "_event_ts"))
+    marks = _with_partitions(faults.unionByName(handoffs))
+    return marks if with_event_ts else marks.drop("_event_ts")

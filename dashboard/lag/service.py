@@ -1,12 +1,11 @@
-"""The lag service: the incremental lag job again and again in one warm Spark session.
+"""The lag service: the lag stream (stream.py) in one warm Spark session.
 
 ``manage.py lagservice`` (runlab starts it, see LAB_LAG_SERVICE) runs ``LagService.run``:
-each pass folds the recordings not processed yet into the history (LagJob, incremental),
-then it waits for the next slot: ``offset_s`` after a wall-clock multiple of ``period_s``.
-The recorder writes a 10-s slice about a second after it ends, so a pass starting 2 s
-after it finds the slice's file: the newest complete window is then 10 s + 2 s + one pass
-old at worst (a pass at an arbitrary phase would add up to 10 s). A cold JVM costs 20-30
-s; kept warm, a pass over a few new files takes a few seconds.
+a pass folds the recordings not processed yet into the history as soon as a new snapshot
+slice appears (the recorder writes a slice right after its last sample, stream.py folds it
+in well under a second), and at least every ``period_s``. It notices new slices by the
+modification time of the current hour's snapshot directory, a stat every ``watch_s``: no
+listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
 
 A pass that finds the output locked (the "Run lag job" button's run) waits for the next
 period. A failing pass (Spark down, unreadable files) pauses the service: it retries with
@@ -14,7 +13,12 @@ a back-off doubling from ``period_s`` up to ``max_backoff_s``, and the status sa
 The status is ``DATA_DIR/lag/_service.json`` (the history page reads it)::
 
     {"state": "running"|"paused"|"stopped", "pid": 1234, "paused": "reason"|null,
-     "passes": 12, "last_pass": {"finished": "...Z", "seconds": 2.1, "new_files": 4, "state": "done"}}
+     "passes": 12, "last_pass": {"finished": "...Z", "seconds": 2.1, "new_files": 4, "state": "done"},
+     "cpu_pct": 3.1, "newest_sample_ts": 1767265380300}
+
+``cpu_pct`` is what the service costs: its process and its JVM, in % of one core over the
+last ``cpu_window_s``; ``newest_sample_ts`` the newest sample folded in (the page shows
+"history: 3 % CPU, 6 s behind").
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ from typing import Callable
 
 from .job import JobBusy, JobParams, LagJob
 from .runner import read_running, utc_now_iso, write_json
+from .stream import LagStream
+from consumers_app.lab.recorder import SNAPSHOTS, partition_dir
 
 STATUS_FILE = "_service.json"
 
@@ -38,25 +44,56 @@ def service_status(lag_dir: Path) -> dict:
     return data
 
 
-def next_slot(now: float, period_s: float, offset_s: float) -> float:
-    """The first wall-clock time after ``now`` that is ``offset_s`` past a multiple of ``period_s``."""
-    return now - (now - offset_s) % period_s + period_s
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every descendant (its JVM), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            with open(f"/proc/{current}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue   # gone meanwhile
+    return total
+
+
+class CpuShare:
+    """% of one core a process tree used over a sliding window of samples."""
+
+    def __init__(self, pid: int, window_s: float = 120.0):
+        self.pid, self.window_s = pid, window_s
+        self.samples: list[tuple[float, float]] = []
+
+    def sample(self) -> float | None:
+        now, cpu = time.monotonic(), tree_cpu_seconds(self.pid)
+        self.samples.append((now, cpu))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window_s:
+            self.samples.pop(0)
+        (t0, c0) = self.samples[0]
+        return round(100.0 * (cpu - c0) / (now - t0), 1) if now - t0 >= 1.0 else None
 
 
 class LagService:
     def __init__(self, job: LagJob, params: Callable[[], JobParams], *, period_s: float = 10.0,
-                 offset_s: float = 2.0,
-                 max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
-                 verbose: bool = True):
+                 watch_s: float = 0.25, max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
+                 verbose: bool = True, cpu_window_s: float = 120.0):
         self.job = job
+        self.stream = LagStream(job)
         self.params = params   # read per pass: a bad setting pauses the service, it does not end it
         self.period_s = period_s
-        self.offset_s = offset_s
+        self.watch_s = watch_s
         self.max_backoff_s = max_backoff_s
         self.say = say
         self.verbose = verbose
         self.path = job.out / STATUS_FILE
-        self.status = {"state": "running", "pid": None, "paused": None, "passes": 0, "last_pass": None}
+        self.cpu = CpuShare(os.getpid(), cpu_window_s)
+        self.status = {"state": "running", "pid": None, "paused": None, "passes": 0, "last_pass": None,
+                       "cpu_pct": None, "newest_sample_ts": None}
         self.stopping = threading.Event()
 
     def _write(self, **changes) -> None:
@@ -81,22 +118,30 @@ class LagService:
                     reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                     self._write(state="paused", paused=reason)
                     self.say(f"paused: {reason}; retrying in {backoff:g} s")
-                slot = next_slot(time.time() + backoff, self.period_s, self.offset_s)
-                self.stopping.wait(max(0.0, slot - time.time()))
+                if backoff:
+                    self.stopping.wait(backoff)
+                else:
+                    self.wait_for_recordings()
         finally:
             self._write(state="stopped")
 
-    def pass_once(self) -> None:
-        result = self.job.run(self.params())
-        resumed = self.status["state"] == "paused"
-        self._write(state="running", paused=None, passes=self.status["passes"] + 1,
-                    last_pass={"finished": utc_now_iso(), "seconds": result.seconds, "new_files": result.new_files,
-                               "state": result.state})
-        if resumed:
-            self.say("resumed")
-        self._log(f"pass {self.status['passes']}: {result.state}, {result.new_files} new file(s), "
-                  f"{result.seconds:.1f} s")
+    # -- waiting ------------------------------------------------------------------
 
-    def _log(self, line: str) -> None:
-        if self.verbose:
-            self.say(line)
+    def _watched(self) -> tuple:
+        """What changes when the recorder writes a snapshot slice: the mtime of this hour's
+        (and, around the turn of the hour, the previous hour's) snapshot directory."""
+        now_ms = int(time.time() * 1000)
+        marks = []
+        for ts in (now_ms, now_ms - 60_000):
+            try:
+                marks.append(os.stat(partition_dir(self.job.recordings, SNAPSHOTS, ts)).st_mtime_ns)
+            except OSError:
+                marks.append(None)
+        return tuple(marks)
+
+    def wait_for_recordings(self) -> None:
+        """Until a new snapshot slice is written, ``period_s`` has passed, or a stop."""
+        seen, deadline = self._watched(), time.monotonic() + self.period_s
+        while not self.stopping.wait(self.watch_s):
+            if self._watched() != seen or time.monotonic() >= deadline:
+                return

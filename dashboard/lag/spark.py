@@ -67,6 +67,8 @@ def get_spark(master: str | None = None, app_name: str = "rebalance-lab-lag"):
         return builder.getOrCreate()
 
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -Dlog4j.configurationFile=file:{_LOG4J}"
+    # e.g. the lag service's small-JVM flags (lagservice sets them; a backfill keeps the defaults)
+    java_opts += " " + os.environ.get("LAG_SPARK_EXTRA_JAVA_OPTS", "")
     builder = builder.master(master or os.environ.get("SPARK_MASTER") or "local[*]")
     for key, value in BASE_CONF.items():
         builder = builder.config(key, value)

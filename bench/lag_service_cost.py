@@ -1,0 +1,127 @@
+"""What keeping the lag history fresh costs, and how fresh it is, while runlab runs (issue 19).
+
+Starts ``manage.py runlab`` with the lag service on (temp LAB_DATA_DIR, free loopback
+ports); in ``--size 64x256`` it first grows TopicTest to 256 queues and GID_LAB to 64
+consumers through the API. From ``--after`` seconds after the running line, for
+``--seconds``, every 10 s it reads the CPU seconds of the lag service and its JVM (from
+/proc: the ``lagservice`` process and every descendant) and asks
+``GET /reports/lag.json?group=GID_LAB&res=10s&from=<5 min ago>`` for the newest complete
+window's age. Prints each poll, then the average CPU share over the whole span (% of one
+core) and the ages. Targets: <= 10 % (default), <= 25 % (64x256); every age <= 10 s.
+
+    .venv/bin/python bench/lag_service_cost.py [--size default|64x256] [--after 120] [--seconds 120]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import requests  # noqa: E402
+
+from dashboard.lag.service import tree_cpu_seconds  # noqa: E402
+from tests.support import free_port, manage_py  # noqa: E402
+from tests.test_lab_runlab import children_of, migrated_env, start_lab  # noqa: E402
+from tests.test_lag_fresh import newest_complete_window  # noqa: E402
+
+
+def lag_service_pid(root: int) -> int | None:
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"lagservice" in f.read():
+                    return pid
+        except OSError:
+            continue
+        todo += children_of(pid)
+    return None
+
+
+def grow(base: str, token: str, queues: int, consumers: int) -> None:
+    """TopicTest to ``queues`` queues and GID_LAB to ``consumers`` members, through the API."""
+    api = requests.Session()
+    api.headers["Authorization"] = f"Token {token}"
+
+    def post(path: str, body: dict | None = None) -> None:
+        while True:
+            response = api.post(f"{base}/api/{path}", data=json.dumps(body or {}), timeout=60)
+            if response.status_code in (429, 503):
+                time.sleep(float(response.headers.get("Retry-After", 1)))  # noqa: sleep-ok - a bench paces itself
+                continue
+            response.raise_for_status()
+            return
+
+    state = api.get(f"{base}/api/state", timeout=60).json()
+    have = len(state["groups"]["GID_LAB"]["queues"])
+    per_broker = (queues - have) // 2
+    for broker in ("broker-a", "broker-b"):
+        post("topics/TopicTest/queues", {"delta": per_broker, "broker": broker})
+    for _ in range(consumers - len(state["groups"]["GID_LAB"]["assignments"])):
+        post("groups/GID_LAB/consumers", {"mode": "push"})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", choices=["default", "64x256"], default="default")
+    parser.add_argument("--after", type=float, default=120, help="seconds after runlab's running line")
+    parser.add_argument("--seconds", type=float, default=120, help="how long to measure")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lagcost-") as data:
+        env = migrated_env(Path(data), LAB_LAG_SERVICE="1", LAB_CONTROL_RATE="50", LAB_CONTROL_BURST="100")
+        port = free_port()
+        lab, browser = start_lab(port, env)
+        try:
+            running = time.monotonic()
+            if args.size == "64x256":
+                maker = manage_py("createtoken", "bench", env=env)
+                token = maker.communicate(timeout=60)[0].strip().splitlines()[-1]
+                grow(f"http://127.0.0.1:{port}", token, 256, 64)
+                print(f"grown to 64 consumers x 256 queues in {time.monotonic() - running:.0f} s", flush=True)
+            pid = None
+            while pid is None and time.monotonic() - running < args.after:
+                pid = lag_service_pid(lab.process.pid)
+                time.sleep(1)  # noqa: sleep-ok - a bench samples on a clock
+            assert pid, "no lag service under runlab"
+            time.sleep(max(0.0, running + args.after - time.monotonic()))  # noqa: sleep-ok
+            print(f"measuring the lag service (pid {pid}) from {args.after:g} s for {args.seconds:g} s "
+                  f"({args.size}); load average {os.getloadavg()[0]:.1f}", flush=True)
+            start_cpu, start_at = tree_cpu_seconds(pid), time.monotonic()
+            ages, bad, last_cpu, last_at = [], 0, start_cpu, start_at
+            at = start_at
+            while at <= start_at + args.seconds:
+                time.sleep(max(0.0, at - time.monotonic()))  # noqa: sleep-ok
+                status, _, age = newest_complete_window(browser, port)
+                cpu, now = tree_cpu_seconds(pid), time.monotonic()
+                share = 100 * (cpu - last_cpu) / max(now - last_at, 1e-9)
+                last_cpu, last_at = cpu, now
+                if status != 200 or age is None:
+                    bad += 1
+                    print(f"  t={now - running:5.0f} s: answer {status}, no complete window; cpu {share:4.1f} %",
+                          flush=True)
+                else:
+                    ages.append(age)
+                    print(f"  t={now - running:5.0f} s: newest complete window {age:4.1f} s old; "
+                          f"cpu {share:4.1f} % of a core", flush=True)
+                at += 10
+            total = 100 * (tree_cpu_seconds(pid) - start_cpu) / (time.monotonic() - start_at)
+            target = 25 if args.size == "64x256" else 10
+            print(f"lag service ({args.size}): {total:.1f} % of one core on average over "
+                  f"{time.monotonic() - start_at:.0f} s (target <= {target} %); newest complete window "
+                  f"max {max(ages, default=float('nan')):.1f} s / mean "
+                  f"{sum(ages) / max(len(ages), 1):.1f} s old over {len(ages)} answers, {bad} empty or failed "
+                  f"(target <= 10 s, none); load average {os.getloadavg()[0]:.1f}")
+        finally:
+            lab.stop()
+
+
+if __name__ == "__main__":
+    main()

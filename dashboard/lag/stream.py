@@ -1,0 +1,332 @@
+"""The lag history as a stream: each new slice of recordings folded into the tables with
+checkpointed state, at a cost proportional to the slice, not to the status look-back.
+
+A pass (``LagStream.run``) takes the recording files not processed yet and runs **one**
+Spark query over them and the *state* the previous pass left:
+
+* ``points``: per queue and 10-s window, the partial aggregates the queue windows are made
+  of (aggregate_samples' "q" rows: last/first sample, max, sum, count, the lags for p95);
+* ``owners``: per queue, owner and minute, the owner windows' partial aggregates ("o" rows);
+* ``per_ts``: per group and sample ts, the group's summed lag and queue count;
+* ``events``: the rebalance, flow-control, fault and hand-off events;
+* ``last_rebalance``: per client, its last rebalance event older than the state (a
+  rebalance's start may be the client's previous event).
+
+each kept for ``horizon`` before the newest sample (the status rules' look-back plus the
+windows a new slice can still change). New rows' partials are merged into the state's
+(late rows of a slice merge exactly: maxima, sums, concatenated lags), and the batch job's
+own functions (job.py) compute, from state + new, every window the new rows can change -
+the new slices', the windows whose end-of-window time lag interpolates towards them, the
+minutes they fall in, the statuses after them - and the next state. The query's result
+comes back as one Arrow table; its rows are upserted into each table's tail (tail.py) and
+the state is saved; then ``_state.json`` records the files as processed and names the new
+state, in one rename: the checkpoint. A pass killed before that rename is done again from
+the old checkpoint with the same files, and upserts by key make that idempotent: nothing
+is lost, nothing doubled.
+
+The batch job (``lagjob``) computes the same rows from all recordings. When a pass cannot
+be a stream step - no valid state (first start, or a batch run changed the history since),
+files older than the state covers, or a backlog of more than ``max_span_ms`` - it runs the
+batch's incremental run instead (or first builds the state from the recordings), so the
+stream and the batch never disagree. A recording file that cannot be read is skipped and
+named in ``_state.json``'s ``skipped`` (the history page says so); it never stops the stream.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import tail
+from .job import (EVENTS, MINUTE, QUEUE_KEYS, SNAPSHOTS, TABLE_HAS_RES, JobParams, JobResult, LagJob,
+                  _merge_windows, aggregate_samples, compute_flow_control, compute_marks, compute_owner_windows,
+                  compute_queue_windows, compute_rebalances, group_per_ts, group_windows_from, list_recordings,
+                  queue_points)
+from consumers_app.lab.recorder import SCHEMAS
+
+STREAM_DIR = "_stream"
+STATE_TABLES = ("points", "owners", "per_ts", "events", "last_rebalance")
+EVENT_TYPES = ("rebalance", "flow_control", "fault", "handoff")
+SKIPPED_KEPT = 20
+TEN_S = 10_000
+
+
+@dataclass
+class Reach:
+    """How far back a pass must see: ``need`` before the oldest new sample (statuses of the
+    re-emitted windows look back that far), ``horizon`` kept before the newest."""
+    need_ms: int
+    horizon_ms: int
+
+    @classmethod
+    def of(cls, p: JobParams) -> "Reach":
+        lookback = max(p.status_window_ms, p.stop_after_ms) + 2 * TEN_S
+        # re-emitted: 10-s windows 30 s back (time-lag interpolation), minutes 2 min back
+        need = lookback + 3 * MINUTE
+        return cls(need_ms=need, horizon_ms=need + 2 * MINUTE)
+
+
+class LagStream:
+    def __init__(self, job: LagJob, max_span_ms: int = 10 * MINUTE):
+        self.job = job
+        self.out = job.out
+        self.max_span_ms = max_span_ms
+
+    # -- one pass -------------------------------------------------------------------
+
+    def run(self, params: JobParams | None = None, lock_wait_s: float = 0.0) -> JobResult:
+        params = params or JobParams.from_settings()
+        started = time.monotonic()
+        with self.job.locked(lock_wait_s):
+            result = self._pass(params)
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+    def _pass(self, p: JobParams) -> JobResult:
+        job = self.job
+        files = {kind: list_recordings(job.recordings, kind) for kind in (SNAPSHOTS, EVENTS)}
+        state = job.load_state()
+        changed = job._forget_deleted(state, files)
+        new = {kind: sorted(rel for rel in files[kind] if rel not in state["processed"][kind]) for kind in files}
+        if not any(new.values()):
+            if changed:
+                job.save_state(state)
+            return JobResult("nothing-new" if any(files.values()) else "no-recordings")
+        spans, bad = self._inspect(new)
+        if bad:   # never read again; named on the history page
+            for kind, rel, why in bad:
+                state["processed"][kind].add(rel)
+            state["skipped"] = (state.get("skipped", []) + [{"file": f"{kind}/{rel}", "reason": why}
+                                                           for kind, rel, why in bad])[-SKIPPED_KEPT:]
+            job.save_state(state)
+            new = {kind: [rel for rel in new[kind] if rel in spans[kind]] for kind in new}
+            if not any(new.values()):
+                return JobResult("nothing-new")
+        reach = Reach.of(p)
+        stream = self._valid_stream(state)
+        if stream is None:
+            stream = self._build_state(state, files, reach, p)
+        lows = {kind: min((spans[kind][rel][0] for rel in new[kind]), default=None) for kind in new}
+        lo = min(v for v in lows.values() if v is not None)
+        hi = max(spans[kind][rel][1] for kind in new for rel in new[kind])
+        lower = stream["lower"]
+        too_late = lower is not None and (
+            (lows[SNAPSHOTS] is not None and lows[SNAPSHOTS] - reach.need_ms < lower)
+            or (lows[EVENTS] is not None and lows[EVENTS] - 2 * MINUTE < lower))
+        if too_late or hi - lo > self.max_span_ms:
+            # Not a stream step: the batch folds them in; the state is built again next pass.
+            return job.run_locked(p)
+        return self._fold(state, stream, new, lows, hi, reach, p, spans)
+
+    def _fold(self, state, stream, new, lows, hi, reach: Reach, p: JobParams, spans) -> JobResult:
+        job = self.job
+        spark = job.spark
+        newest = max(stream["newest"] or hi, hi)
+        keep_from = newest - reach.horizon_ms
+        frames = fold_plan(spark, job, new, self._state_frames(spark, stream), lows, keep_from, p)
+        result = collect(frames)
+        windows = {}
+        for table, has_res in TABLE_HAS_RES.items():
+            rows = result.get(table)
+            if rows is not None and rows.num_rows:
+                tail.upsert(self.out, table, rows, (["res"] if has_res else []) + ["date", "hour"])
+            windows[table] = rows.num_rows if rows is not None else 0
+        name = self._save_state_tables(result)
+        previous = stream.get("state")
+        for kind in new:
+            state["processed"][kind].update(new[kind])
+        state["stream"] = {"state": name, "runs": state.get("runs", 0), "newest": newest,
+                           "lower": keep_from if stream["lower"] is not None or keep_from > 0 else None,
+                           "passes": stream.get("passes", 0) + 1}
+        state["last_ts"] = max(state.get("last_ts") or 0, newest)
+        job.save_state(state)   # the checkpoint: files processed and the state that folds them
+        if previous and previous != name:
+            shutil.rmtree(self.out / STREAM_DIR / previous, ignore_errors=True)
+        for table in TABLE_HAS_RES:   # hours no pass can change any more join the table
+            tail.seal(self.out, table, keep_from - 10 * MINUTE)
+        newest_day = state["last_ts"]
+        job.prune_history(int(p.history_days * 86_400_000), newest_day)
+        rows_read = sum(spans[kind][rel][2] for kind in new for rel in new[kind])
+        return JobResult("done", range_ms=(min(v for v in lows.values() if v is not None), hi),
+                         new_files=sum(len(v) for v in new.values()), files_read=sum(len(v) for v in new.values()),
+                         rows_read=rows_read, windows=windows)
+
+    # -- state ----------------------------------------------------------------------
+
+    def _valid_stream(self, state: dict) -> dict | None:
+        """The checkpoint's stream state, if it still describes the history: no batch run since."""
+        stream = state.get("stream")
+        if not stream or stream.get("runs") != state.get("runs", 0):
+            return None
+        if stream.get("state") and not (self.out / STREAM_DIR / stream["state"]).is_dir():
+            return None
+        return stream
+
+    def _build_state(self, state: dict, files: dict, reach: Reach, p: JobParams) -> dict:
+        """The state of what is processed, from the recordings of the horizon (once, after a
+        start without a checkpoint or a batch run)."""
+        processed = {kind: {rel: files[kind][rel] for rel in state["processed"][kind] if rel in files[kind]}
+                     for kind in files}
+        minutes = [m for kind in processed for m in processed[kind].values()]
+        stream = {"state": None, "runs": state.get("runs", 0), "newest": None, "lower": None, "passes": 0}
+        if minutes:
+            last_minute = max(minutes)
+            tails = [(kind, rel) for kind in processed for rel, m in processed[kind].items() if m == last_minute]
+            spans, _ = self._inspect({kind: [rel for k, rel in tails if k == kind] for kind in processed})
+            newest = max((s[1] for kind in spans for s in spans[kind].values()), default=last_minute)
+            keep_from = newest - reach.horizon_ms
+            read = {kind: sorted(rel for rel, m in processed[kind].items() if m + MINUTE > keep_from)
+                    for kind in processed}
+            frames = fold_plan(self.job.spark, self.job, read, self._state_frames(self.job.spark, None),
+                               {SNAPSHOTS: None, EVENTS: None}, keep_from, p)
+            result = collect(frames)
+            stream.update(state=self._save_state_tables(result), newest=newest, lower=keep_from)
+        state["stream"] = stream
+        self.job.save_state(state)
+        return stream
+
+    def _state_frames(self, spark, stream: dict | None) -> dict:
+        """The state tables as DataFrames (empty ones, with the right columns, when none)."""
+        if stream and stream.get("state"):
+            base = self.out / STREAM_DIR / stream["state"]
+            return {name: spark.read.parquet(str(base / f"{name}.parquet")) for name in STATE_TABLES}
+        return None
+
+    def _save_state_tables(self, result: dict) -> str:
+        name = f"state-{uuid.uuid4().hex}"
+        scratch = self.out / STREAM_DIR / f".{name}"
+        scratch.mkdir(parents=True)
+        for table in STATE_TABLES:
+            pq.write_table(result[table], scratch / f"{table}.parquet", compression="zstd")
+        scratch.rename(self.out / STREAM_DIR / name)
+        return name
+
+    def _inspect(self, new: dict) -> tuple[dict, list]:
+        """Per kind, rel -> (min ts, max ts, rows) of each readable file; and the unreadable
+        ones as (kind, rel, reason). A file is read whole: a slice is small."""
+        spans, bad = {kind: {} for kind in new}, []
+        for kind, rels in new.items():
+            for rel in rels:
+                try:
+                    table = pq.read_table(self.job.recordings / rel)
+                    if not set(SCHEMAS[kind].names) <= set(table.column_names):
+                        raise ValueError(f"columns {table.column_names} are not the recorder's")
+                    if table.num_rows == 0:
+                        raise ValueError("no rows")
+                    bounds = pc.min_max(table["ts"]).as_py()
+                    spans[kind][rel] = (bounds["min"], bounds["max"], table.num_rows)
+                except FileNotFoundError:
+                    continue   # deleted by the retention since listed
+                except Exception as exc:  # noqa: BLE001 - a bad file is skipped, whatever is wrong with it
+                    bad.append((kind, rel, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+        return spans, bad
+
+
+# -- the plan (DataFrame functions; the batch job's computations) --------------------------
+
+def _empty_state(spark, job: LagJob) -> dict:
+    empty_snapshots = job._read(spark, SNAPSHOTS, [], 0, 0, None)
+    empty_events = job._read(spark, EVENTS, [], 0, 0, None)
+    partial = aggregate_samples(empty_snapshots)
+    return {"points": _points(partial), "owners": _owners(partial), "per_ts": group_per_ts(empty_snapshots),
+            "events": empty_events, "last_rebalance": empty_events}
+
+
+def _points(partial):
+    from pyspark.sql import functions as F
+
+    return partial.filter(F.col("_kind") == "q").select(*QUEUE_KEYS, "ws", "last", "first", "max_lag", "sum_lag",
+                                                       "samples", "lags", "max_time_lag_ms")
+
+
+def _owners(partial):
+    from pyspark.sql import functions as F
+
+    return partial.filter(F.col("_kind") == "o").select(
+        *QUEUE_KEYS, "owner", "ws", "samples", "owned_from_ms", "owned_to_ms", "last_lag", "sum_lag", "max_lag",
+        "min_committed", "max_committed", "max_time_lag_ms")
+
+
+def _merge_owners(rows):
+    from pyspark.sql import functions as F
+
+    return rows.groupBy(*QUEUE_KEYS, "owner", "ws").agg(
+        F.sum("samples").alias("samples"), F.min("owned_from_ms").alias("owned_from_ms"),
+        F.max("owned_to_ms").alias("owned_to_ms"), F.max_by("last_lag", "owned_to_ms").alias("last_lag"),
+        F.sum("sum_lag").alias("sum_lag"), F.max("max_lag").alias("max_lag"),
+        F.min("min_committed").alias("min_committed"), F.max("max_committed").alias("max_committed"),
+        F.max("max_time_lag_ms").alias("max_time_lag_ms"))
+
+
+def _since(col: str, ms: int):
+    from pyspark.sql import functions as F
+
+    return F.col(col) >= F.timestamp_millis(F.lit(ms))
+
+
+def fold_plan(spark, job: LagJob, new: dict, state: dict | None, lows: dict, keep_from: int, p: JobParams) -> dict:
+    """name -> DataFrame: the table rows that the new recordings change (only for the kinds
+    with a low in ``lows``) and the next state (rows from ``keep_from``)."""
+    from pyspark.sql import functions as F
+
+    state = state or _empty_state(spark, job)
+    snapshots = job._read(spark, SNAPSHOTS, new[SNAPSHOTS], -2 ** 62, 2 ** 62, None)
+    events = job._read(spark, EVENTS, new[EVENTS], -2 ** 62, 2 ** 62, None).filter(F.col("type").isin(*EVENT_TYPES))
+    partial = aggregate_samples(snapshots)
+    points = _merge_windows(state["points"].unionByName(_points(partial)), TEN_S)
+    owners = _merge_owners(state["owners"].unionByName(_owners(partial)))
+    per_ts = (state["per_ts"].unionByName(group_per_ts(snapshots))
+              .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.sum("queues").alias("queues")))
+    every_event = state["events"].unionByName(events)
+    out = {}
+    snap_lo, event_lo = lows.get(SNAPSHOTS), lows.get(EVENTS)
+    if snap_lo is not None:
+        ten_from = snap_lo - snap_lo % TEN_S - 3 * TEN_S
+        minute_from = (snap_lo - 2 * MINUTE) - (snap_lo - 2 * MINUTE) % MINUTE
+        emitted = ((F.col("res") == "10s") & _since("window_start", ten_from)) | (
+            (F.col("res") == "1m") & _since("window_start", minute_from))
+        queue_windows = compute_queue_windows(queue_points(points.withColumn("_kind", F.lit("q")), p)).filter(emitted)
+        out["queue_windows"] = queue_windows
+        out["group_windows"] = group_windows_from(per_ts, queue_windows).filter(emitted)
+        out["owner_windows"] = compute_owner_windows(owners.withColumn("_kind", F.lit("o"))).filter(
+            _since("window_start", snap_lo - snap_lo % MINUTE))
+    if event_lo is not None:
+        out["rebalances"] = compute_rebalances(state["last_rebalance"].unionByName(every_event)).filter(
+            _since("end", event_lo))
+        out["flow_control"] = compute_flow_control(every_event).filter(
+            _since("window_start", event_lo - event_lo % MINUTE))
+        out["marks"] = compute_marks(every_event, with_event_ts=True).filter(
+            F.col("_event_ts") >= event_lo).drop("_event_ts")
+    out["points"] = points.filter(F.col("ws") >= keep_from)
+    out["owners"] = owners.filter(F.col("ws") >= keep_from - keep_from % MINUTE)
+    out["per_ts"] = per_ts.filter(F.col("ts") >= keep_from)
+    out["events"] = every_event.filter(F.col("ts") >= keep_from)
+    # Each client's last rebalance event that leaves the state (its next one may start from it).
+    leaving = state["last_rebalance"].unionByName(
+        every_event.filter((F.col("type") == "rebalance") & (F.col("ts") < keep_from)))
+    out["last_rebalance"] = (leaving.groupBy("group", "client_id")
+                             .agg(F.max_by(F.struct(*leaving.columns), "ts").alias("e")).select("e.*"))
+    return out
+
+
+def collect(frames: dict) -> dict[str, pa.Table]:
+    """Every frame in one Spark job (one wide union, tagged by name) -> name -> Arrow table."""
+    from pyspark.sql import functions as F
+
+    names = list(frames)
+    union = None
+    for name in names:
+        tagged = frames[name].withColumn("_out", F.lit(name))
+        union = tagged if union is None else union.unionByName(tagged, allowMissingColumns=True)
+    table = union.toArrow()
+    result = {}
+    for name in names:
+        columns = frames[name].columns
+        result[name] = table.filter(pc.equal(table["_out"], name)).select(columns)
+    return result

@@ -1,0 +1,166 @@
+"""The lag stream (dashboard/lag/stream.py) gives exactly the batch's rows.
+
+The scenario of test_lag_job (8 queues for 5 minutes: a stall, a rewind, a member leaving,
+flow control, a strategy switch, hand-offs updated later) is recorded one 10-s slice at a
+time, with a stream pass after each, as the lag service does; some events arrive late (a
+second file for a slice already folded). Then a full batch recompute of the same recordings
+into another directory must hold the same rows in every table, as the history's readers
+see them.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from consumers_app.events import event_from_dict
+from consumers_app.lab.recorder import Recorder
+from dashboard.lag.history import LagHistory
+from dashboard.lag.job import TABLE_HAS_RES, JobParams, LagJob
+from dashboard.lag.stream import LagStream
+from dashboard.lag.tail import KEYS
+
+from . import test_lag_job as scenario
+
+pytestmark = pytest.mark.spark
+
+PARAMS = JobParams()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from dashboard.lag.spark import get_spark
+
+    session = get_spark("local[1]")
+    yield session
+    session.stop()
+
+
+def table_rows(lag_dir, table: str) -> pd.DataFrame:
+    """Every row of ``table`` as readers see it (table + tail), in a stable order."""
+    dataset = LagHistory(lag_dir)._dataset(table)
+    if dataset is None:
+        return pd.DataFrame()
+    df = dataset.to_table().to_pandas()
+    order = [c for c in (["res"] if TABLE_HAS_RES[table] else []) + KEYS[table] if c in df.columns]
+    order += ["detail"] if table == "marks" else []
+    return df.sort_values(order, kind="stable").reset_index(drop=True)[sorted(df.columns)]
+
+
+def assert_same_tables(stream_dir, batch_dir):
+    for table in TABLE_HAS_RES:
+        got, want = table_rows(stream_dir, table), table_rows(batch_dir, table)
+        assert len(want), f"the batch computed no {table}"
+        assert len(got) == len(want), f"{table}: {len(got)} rows streamed, {len(want)} in the batch"
+        pd.testing.assert_frame_equal(got, want, check_dtype=False, obj=table)
+
+
+def record_slice(recorder, first: int, last: int, late: list[dict]) -> None:
+    """Seconds [first, last) of the scenario, then its slice written; ``late`` events are
+    held back and come as a second file of the slice after the stream folded the first."""
+    for t in range(first, last):
+        recorder.add_snapshot(scenario.snapshot_rows(t))
+        for e in scenario.events(t):
+            if e["type"] == "flow_control" and t == 31:
+                late.append(e)
+            else:
+                recorder.add_event(event_from_dict(e))
+    recorder.flush()
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory, spark):
+    data = tmp_path_factory.mktemp("stream")
+    job = LagJob(data / "recordings", data / "lag", spark=spark)
+    stream = LagStream(job)
+    results, late = [], []
+    recorder = Recorder(data / "recordings")
+    for first in range(0, scenario.SECONDS, 10):
+        record_slice(recorder, first, first + 10, late)
+        results.append(stream.run(PARAMS))
+        if late and first >= 40:   # a late file of a slice folded two passes ago
+            for e in late:
+                recorder.add_event(event_from_dict(e))
+            late.clear()
+            recorder.flush()
+            results.append(stream.run(PARAMS))
+    recorder.close()
+    batch_dir = data / "batch"
+    LagJob(data / "recordings", batch_dir, spark=spark).run(PARAMS)
+    return {"data": data, "job": job, "stream": stream, "results": results, "batch": batch_dir}
+
+
+def test_every_pass_is_a_stream_step(streamed):
+    states = [r.state for r in streamed["results"]]
+    assert states and all(s == "done" for s in states), states
+    state = streamed["job"].load_state()
+    assert state.get("runs", 0) == 0, "a pass fell back to the batch job"
+    assert state["stream"]["passes"] == len(states)
+
+
+def test_a_pass_reads_only_its_new_files(streamed):
+    assert all(r.files_read <= 2 for r in streamed["results"]), [r.files_read for r in streamed["results"]]
+
+
+def test_streamed_tables_equal_a_batch_recompute(streamed):
+    assert_same_tables(streamed["data"] / "lag", streamed["batch"])
+
+
+def test_a_late_event_file_updates_its_windows(streamed):
+    flow = table_rows(streamed["data"] / "lag", "flow_control")
+    counts = flow[(flow.res == "1m") & (flow.reason == "count")]["count"].tolist()
+    assert counts == [5], counts   # t=30..34, one of them recorded late
+
+
+def test_recent_hours_live_in_the_tail_and_older_ones_are_sealed(streamed):
+    lag = streamed["data"] / "lag"
+    tail_hours = {p.parent.name for p in (lag / "_tail" / "queue_windows").glob("**/hour=*/*.parquet")}
+    main_hours = {p.parent.name for p in (lag / "queue_windows").glob("**/hour=*/*.parquet")}
+    assert tail_hours == {"hour=11"}, tail_hours   # the recordings end at 11:03
+    assert "hour=10" in main_hours, main_hours      # 10:58-10:59 sealed once the stream moved past
+
+
+def test_a_corrupt_recording_is_skipped_and_named(tmp_path, spark):
+    job = LagJob(tmp_path / "recordings", tmp_path / "lag", spark=spark)
+    with Recorder(tmp_path / "recordings") as recorder:
+        scenario.record(recorder, 0, 20)
+    good = sorted((tmp_path / "recordings" / "snapshots").glob("**/*.parquet"))
+    bad = good[0].with_name("part-58-0000broken.parquet")
+    bad.write_bytes(good[0].read_bytes()[: len(good[0].read_bytes()) // 2])   # half a file
+    result = LagStream(job).run(PARAMS)
+    assert result.state == "done"
+    skipped = job.load_state()["skipped"]
+    assert [s["file"].rsplit("/", 1)[-1] for s in skipped] == [bad.name], skipped
+    assert "ArrowInvalid" in skipped[0]["reason"] or "Error" in skipped[0]["reason"], skipped
+    assert len(table_rows(tmp_path / "lag", "queue_windows")), "the good files were folded in"
+
+
+def test_after_a_batch_run_the_stream_builds_its_state_again(tmp_path, spark):
+    data = tmp_path
+    job = LagJob(data / "recordings", data / "lag", spark=spark)
+    stream = LagStream(job)
+    recorder = Recorder(data / "recordings")
+    late: list[dict] = []
+    for first in range(0, 90, 10):
+        record_slice(recorder, first, first + 10, late)
+    job.run(PARAMS)                      # the backfill: everything so far by the batch
+    for first in range(90, 130, 10):     # then the stream goes on from there
+        record_slice(recorder, first, first + 10, late)
+        assert stream.run(PARAMS).state == "done"
+    recorder.close()
+    state = job.load_state()
+    assert state["runs"] == 1 and state["stream"]["runs"] == 1
+    batch = data / "batch"
+    LagJob(data / "recordings", batch, spark=spark).run(PARAMS)
+    assert_same_tables(data / "lag", batch)
+
+
+def test_the_state_stays_within_its_horizon(streamed):
+    import pyarrow.parquet as pq
+
+    state = streamed["job"].load_state()["stream"]
+    points = pq.read_table(streamed["data"] / "lag" / "_stream" / state["state"] / "points.parquet").to_pandas()
+    assert points.ws.min() >= state["lower"]
+    assert len(list((streamed["data"] / "lag" / "_stream").iterdir())) == 1, "old states are deleted"
+    assert json.loads((streamed["data"] / "lag" / "_state.json").read_text())["stream"]["state"] == state["state"]
