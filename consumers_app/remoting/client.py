@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from . import wire
+from .bodies import route_masters
 from .codec import MAX_FRAME, Command
 from .endpoint import Endpoint, RequestHandler
 
@@ -62,5 +63,7 @@ async def broker_addresses(namesrv: str, topic: str) -> dict[str, str]:
         await client.close()
     if answer.code != wire.SUCCESS:
         raise LookupError(f"no route for {topic}: {answer.remark}")
-    route = wire.loads(answer.body)
-    return {b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"]}
+    masters = route_masters(wire.loads(answer.body) or {})
+    if not masters:
+        raise LookupError(f"the route of {topic} names no broker master")
+    return masters
