@@ -26,6 +26,7 @@ import time
 
 from ..protocol import lab, v2, v2_service
 from ..remoting import wire
+from ..remoting.bodies import cluster_masters, route_masters
 from ..remoting.client import RemotingClient
 from ..remoting.codec import response
 from ..message_queue import MessageQueue
@@ -107,11 +108,7 @@ class RemotingConnection:
         if answer.code != wire.SUCCESS:
             raise _failed(answer)
         route = wire.loads(answer.body) or {}
-        for data in route.get("brokerDatas") or ():
-            addrs = data.get("brokerAddrs") or {}
-            master = addrs.get(wire.MASTER_ID) or addrs.get(str(wire.MASTER_ID))
-            if master:
-                self.brokers[data["brokerName"]] = master
+        self.brokers.update(route_masters(route))
         return [(q["brokerName"], i, int(q.get("perm", wire.PERM_READ_WRITE)))
                 for q in route.get("queueDatas") or () for i in range(int(q.get("readQueueNums", 0)))]
 
@@ -120,11 +117,8 @@ class RemotingConnection:
         if not self.brokers:
             answer = await self.ask(self.namesrv, wire.GET_BROKER_CLUSTER_INFO)
             if answer.code == wire.SUCCESS:
-                for name, data in ((wire.loads(answer.body) or {}).get("brokerAddrTable") or {}).items():
-                    addrs = data.get("brokerAddrs") or {}
-                    master = addrs.get(wire.MASTER_ID) or addrs.get(str(wire.MASTER_ID))
-                    if master:
-                        self.brokers.setdefault(name, master)
+                for name, master in cluster_masters(wire.loads(answer.body) or {}).items():
+                    self.brokers.setdefault(name, master)
         return await asyncio.gather(*(self.ask(a, code, ext, body) for a in set(self.brokers.values())))
 
     async def close(self) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from consumers_app.events import AssignmentEvent, Event, MembershipEvent, PqEvent, RebalanceEvent
 from consumers_app.message_queue import MessageQueue
 from consumers_app.remoting import wire
+from consumers_app.remoting.bodies import cluster_masters, held_queues, route_masters
 from consumers_app.remoting.client import RemotingClient
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,7 @@ class Cluster:
         answer = await self.ask(self.namesrv, wire.GET_BROKER_CLUSTER_INFO)
         if answer.code != wire.SUCCESS:
             raise NotObservable(f"the name server {self.namesrv} gave no cluster info: {answer.remark}")
-        table = (wire.loads(answer.body) or {}).get("brokerAddrTable") or {}
-        return {name: _master(data) for name, data in table.items() if _master(data)}
+        return cluster_masters(wire.loads(answer.body) or {})
 
     async def route(self, topic: str) -> tuple[list[MessageQueue], dict[str, str]]:
         """The topic's readable queues and the addresses of the brokers holding them."""
@@ -116,7 +116,7 @@ class Cluster:
         if answer.code != wire.SUCCESS:
             raise NotObservable(f"no route for topic {topic}: {answer.remark}")
         route = wire.loads(answer.body) or {}
-        addresses = {b["brokerName"]: _master(b) for b in route.get("brokerDatas") or () if _master(b)}
+        addresses = route_masters(route)
         queues = [MessageQueue(topic, q["brokerName"], i)
                   for q in route.get("queueDatas") or () if int(q.get("perm", 6)) & 4   # PERM_READ
                   for i in range(int(q.get("readQueueNums", 0)))]
@@ -147,18 +147,10 @@ class Cluster:
         if answer.code != wire.SUCCESS:
             return None, answer.remark or f"GET_CONSUMER_RUNNING_INFO answered code {answer.code}"
         try:
-            table = (wire.loads(answer.body) or {}).get("mqTable") or {}
+            return held_queues(wire.loads(answer.body)), ""
         except ValueError:
             # The C++ client writes an empty mqTable malformed: it holds nothing.
             return {}, ""
-        queues = {}
-        for key, info in table.items():
-            mq = dict(key) if isinstance(key, tuple) else {}
-            info = info if isinstance(info, dict) else {}
-            if mq.get("topic") is None or info.get("droped"):
-                continue
-            queues[MessageQueue(mq["topic"], mq.get("brokerName", ""), int(mq.get("queueId", 0)))] = info
-        return queues, ""
 
     async def offsets(self, group: str, topic: str, addresses: dict[str, str]) -> dict[MessageQueue, dict]:
         """Per queue: the broker's min/max offsets (202) and the group's committed offset (208)."""
@@ -271,11 +263,6 @@ def subscribed_topic(connections: dict) -> str | None:
     """The group's topic: its one subscription that is not the %RETRY% topic every push group has."""
     topics = sorted(t for t in (connections.get("subscriptionTable") or {}) if not t.startswith("%RETRY%"))
     return topics[0] if topics else None
-
-
-def _master(broker_data: dict) -> str:
-    addrs = broker_data.get("brokerAddrs") or {}
-    return addrs.get(wire.MASTER_ID) or addrs.get(str(wire.MASTER_ID)) or ""
 
 
 def _queue(key) -> MessageQueue:

@@ -8,33 +8,30 @@ What the lab uses to ask the broker what only remoting carries (a peer's running
 what our consumers' remoting connection is built on, and what the remoting benchmark
 drives the broker with. Requests from the server on the same connection (a membership
 notice, a running-info question) go to ``on_request``, whose answer, if any, is sent back;
-without one they are ignored.
+without one they are ignored. The connection itself (frames, pending requests, closing) is
+the ``Endpoint`` the broker's server uses too.
 """
 from __future__ import annotations
 
 import asyncio
-import itertools
-import logging
 
 from . import wire
-from .codec import MAX_FRAME, Command, decode, encode, response
-
-log = logging.getLogger(__name__)
+from .bodies import route_masters
+from .codec import MAX_FRAME, Command
+from .endpoint import Endpoint, RequestHandler
 
 
 class RemotingClient:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_request=None,
-                 language: str = "JAVA"):
-        self.reader, self.writer = reader, writer
-        self.on_request = on_request     # async (Command) -> Command | None
-        self.language = language
-        self._pending: dict[int, asyncio.Future] = {}
-        self._opaques = itertools.count(1)
-        self._handling: set[asyncio.Task] = set()
-        self._task = asyncio.get_running_loop().create_task(self._read())
+    """A connection we open: an ``Endpoint`` and the task running its frame loop."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_request: RequestHandler | None = None, language: str = "JAVA"):
+        self.endpoint = Endpoint(reader, writer, on_request, name="client", language=language)
+        self._reading = asyncio.get_running_loop().create_task(self.endpoint.serve())
 
     @classmethod
-    async def connect(cls, addr: str, timeout: float = 5, on_request=None, language: str = "JAVA") -> "RemotingClient":
+    async def connect(cls, addr: str, timeout: float = 5, on_request: RequestHandler | None = None,
+                      language: str = "JAVA") -> "RemotingClient":
         host, _, port = addr.rpartition(":")
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port), limit=MAX_FRAME + 8),
                                                 timeout)
@@ -42,58 +39,19 @@ class RemotingClient:
 
     @property
     def closed(self) -> bool:
-        return self._task.done()
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                n = int.from_bytes(await self.reader.readexactly(4), "big")
-                cmd = decode(await self.reader.readexactly(n))
-                if not cmd.is_response:
-                    if self.on_request is not None:
-                        task = asyncio.get_running_loop().create_task(self._answer(cmd))
-                        self._handling.add(task)
-                        task.add_done_callback(self._handling.discard)
-                    continue
-                future = self._pending.pop(cmd.opaque, None)
-                if future is not None and not future.done():
-                    future.set_result(cmd)
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(ConnectionError(f"remoting connection lost: {exc}"))
-
-    async def _answer(self, request: Command) -> None:
-        try:
-            answer = await self.on_request(request)
-        except Exception as exc:  # noqa: BLE001 - the server gets an error answer, the connection lives on
-            log.warning("answering request code %d failed: %s", request.code, exc)
-            answer = response(request, 1, f"client error: {exc}")
-        if answer is not None and not request.is_oneway and not self.writer.is_closing():
-            self.writer.write(encode(answer))
+        return self.endpoint.closed
 
     def send(self, code: int, ext: dict | None = None, body: bytes = b"") -> asyncio.Future:
         """Write a request now; the future resolves to its answer."""
-        if self.closed:
-            raise ConnectionError("remoting connection closed")
-        opaque = next(self._opaques)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[opaque] = future
-        self.writer.write(encode(Command(code, ext or {}, body, opaque, language=self.language)))
-        return future
+        return self.endpoint.send(code, ext, body)
 
     async def request(self, code: int, ext: dict | None = None, body: bytes = b"", timeout: float = 5) -> Command:
-        future = self.send(code, ext, body)
-        try:
-            return await asyncio.wait_for(future, timeout)
-        finally:
-            for opaque, f in list(self._pending.items()):
-                if f is future:
-                    del self._pending[opaque]
+        return await self.endpoint.invoke(code, ext, body, timeout)
 
     async def close(self) -> None:
-        self._task.cancel()
-        self.writer.close()
+        """Every request still waiting fails now with ConnectionError."""
+        self.endpoint.close()
+        self._reading.cancel()
 
 
 async def broker_addresses(namesrv: str, topic: str) -> dict[str, str]:
@@ -105,5 +63,7 @@ async def broker_addresses(namesrv: str, topic: str) -> dict[str, str]:
         await client.close()
     if answer.code != wire.SUCCESS:
         raise LookupError(f"no route for {topic}: {answer.remark}")
-    route = wire.loads(answer.body)
-    return {b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"]}
+    masters = route_masters(wire.loads(answer.body) or {})
+    if not masters:
+        raise LookupError(f"the route of {topic} names no broker master")
+    return masters

@@ -186,4 +186,4 @@ class RemotingService:
             return
         for conn in connections:
             if group in conn.groups and not conn.closed:
-                conn.send_oneway(wire.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+                conn.oneway(wire.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
