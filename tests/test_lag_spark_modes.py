@@ -173,13 +173,15 @@ class ModeRun:
     summaries: list[dict] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     apps: list[str] = field(default_factory=list)   # cluster: the applications the master ran
+    stream_out: Path | None = None                  # the lag stream's output, same recordings
+    stream_summaries: list[str] = field(default_factory=list)
 
 
-def _lagjob(data_dir: Path, env: dict, log: Path) -> dict:
+def _lagjob(data_dir: Path, env: dict, log: Path, *args: str) -> dict:
     """``manage.py lagjob`` (incremental, as the page runs it) -> its JSON summary."""
     # --skip-checks: Django's system checks (URLs, apps) are not what is tested here.
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(REPO / "manage.py"), "lagjob", "--skip-checks"],
+        proc = subprocess.Popen([sys.executable, str(REPO / "manage.py"), "lagjob", "--skip-checks", *args],
                                 cwd=REPO, env={**env, "LAB_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"},
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_die_with_pytest)
@@ -197,17 +199,22 @@ def _lagjob(data_dir: Path, env: dict, log: Path) -> dict:
 
 
 def _run_mode(mode: str, extra_env: dict, recorded, conf_dir: Path, base: Path) -> ModeRun:
+    """The batch job in two runs, then the lag stream in two passes over the same files
+    (into a data dir of its own)."""
     source, first, rest = recorded
-    data_dir = base / "data"
-    run = ModeRun(mode, data_dir / "lag")
+    run = ModeRun(mode, base / "data" / "lag", stream_out=base / "stream" / "lag")
     env = _spark_env(conf_dir, LAG_SPARK_DRIVER_MEMORY="512m", **extra_env)
-    for step, files in enumerate((first, rest), 1):
-        for rel in files:
-            (data_dir / "recordings" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source / rel, data_dir / "recordings" / rel)
-        summary = _lagjob(data_dir, env, base / f"lagjob-{step}.log")
-        run.seconds.append(summary.pop("seconds"))
-        run.summaries.append(summary)
+    for data_dir, args in ((base / "data", ()), (base / "stream", ("--stream",))):
+        for step, files in enumerate((first, rest), 1):
+            for rel in files:
+                (data_dir / "recordings" / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source / rel, data_dir / "recordings" / rel)
+            summary = _lagjob(data_dir, env, base / f"lagjob-{data_dir.name}-{step}.log", *args)
+            if args:
+                run.stream_summaries.append(summary["state"])
+            else:
+                run.seconds.append(summary.pop("seconds"))
+                run.summaries.append(summary)
     return run
 
 
@@ -252,7 +259,7 @@ def other_run(request, recorded, conf_dir, tmp_path_factory):
 
         def completed():  # the master lists an application as completed once its driver is gone
             apps = state().get("completedapps", [])
-            return len(apps) >= 2 and apps
+            return len(apps) >= 4 and apps
 
         done = wait_until(completed, timeout=60, interval=0.2, message="both runs as completed applications")
         run.apps = sorted(app["name"] for app in done)
@@ -260,9 +267,16 @@ def other_run(request, recorded, conf_dir, tmp_path_factory):
 
 
 def _table(out: Path, table: str):
+    """A table as readers see it: its files and its tail's (the stream's recent hours)."""
+    from dashboard.lag import tail
+
+    main, recent = tail.effective_files(out, table)
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
-    return ds.dataset(out / table, format="parquet", partitioning="hive").to_table()
+    parts = [ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=str(root.resolve())).to_table()
+             for root, files in ((out / table, main), (tail.tail_of(out, table), recent)) if files]
+    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
 
 
 def _rows(table, res: str | None) -> Counter:
@@ -305,4 +319,17 @@ def test_run_summaries_match_local_mode(other_run, local_run, recorded):
     # Incremental: only the last minute's files (six 10-s snapshot parts and one event part).
     assert other_run.summaries[1]["new_files"] == len(recorded[2]) == 7
     if other_run.mode == "cluster":  # the work went to the cluster, not a local fallback
-        assert other_run.apps == ["rebalance-lab-lag"] * 2
+        assert other_run.apps == ["rebalance-lab-lag"] * 4   # two batch runs, two stream passes
+
+
+def test_the_stream_gives_the_batchs_rows_in_every_mode(other_run, local_run):
+    """The lag stream's passes (``lagjob --stream``, as the lag service runs them) against
+    the same server: every table equal to local mode's batch."""
+    assert other_run.stream_summaries == ["done", "done"] and local_run.stream_summaries == ["done", "done"]
+    for run in (local_run, other_run):
+        for table in RES_TABLES:
+            for res in ("10s", "1m"):
+                _assert_same_rows(_table(local_run.out, table), _table(run.stream_out, table),
+                                  f"{run.mode} stream {table} res={res}", res)
+        for table in OTHER_TABLES:
+            _assert_same_rows(_table(local_run.out, table), _table(run.stream_out, table), f"{run.mode} stream {table}")

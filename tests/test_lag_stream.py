@@ -164,3 +164,39 @@ def test_the_state_stays_within_its_horizon(streamed):
     assert points.ws.min() >= state["lower"]
     assert len(list((streamed["data"] / "lag" / "_stream").iterdir())) == 1, "old states are deleted"
     assert json.loads((streamed["data"] / "lag" / "_state.json").read_text())["stream"]["state"] == state["state"]
+
+
+@pytest.mark.parametrize("crash_at", ["upserted group_windows", "state saved"])
+def test_a_pass_killed_midway_loses_and_doubles_nothing(tmp_path, spark, crash_at):
+    """SIGKILL in the middle of a pass (some tables upserted, or the state saved but not the
+    checkpoint): the next pass starts from the last checkpoint and the tables end up exactly
+    the batch's."""
+    import os
+    import subprocess
+    import sys
+
+    from .support import REPO
+
+    data = tmp_path
+    job = LagJob(data / "recordings", data / "lag", spark=spark)
+    stream = LagStream(job)
+    recorder = Recorder(data / "recordings")
+    late: list[dict] = []
+    for first in range(0, 60, 10):
+        record_slice(recorder, first, first + 10, late)
+        assert stream.run(PARAMS).state == "done"
+    record_slice(recorder, 60, 70, late)
+    checkpoint = (data / "lag" / "_state.json").read_text()
+    killed = subprocess.run([sys.executable, str(REPO / "manage.py"), "lagjob", "--stream", "--skip-checks",
+                             "--master", "local[1]"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "LAB_DATA_DIR": str(data), "LAG_STREAM_CRASH_AT": crash_at})
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert (data / "lag" / "_state.json").read_text() == checkpoint, "the killed pass checkpointed"
+    for first in range(70, 100, 10):
+        record_slice(recorder, first, first + 10, late)
+        assert stream.run(PARAMS).state == "done"
+    recorder.close()
+    assert job.load_state().get("runs", 0) == 0, "the restart needed the batch"
+    batch = data / "batch"
+    LagJob(data / "recordings", batch, spark=spark).run(PARAMS)
+    assert_same_tables(data / "lag", batch)

@@ -39,3 +39,18 @@ def test_history_page_for_a_user_has_the_job_button_and_assets(private, client, 
                    "csrfmiddlewaretoken", 'id="chart-queue-lag"'):
         assert needle in html
     assert 'id="h-job" type="button">' in html  # enabled for a user
+
+
+def test_the_job_status_names_the_recordings_the_stream_skipped(private, client, settings, tmp_path):
+    import json
+
+    settings.DASHBOARD_PUBLIC_READ = True
+    (tmp_path / "lag").mkdir()
+    (tmp_path / "lag" / "_state.json").write_text(json.dumps({
+        "processed": {"snapshots": [], "events": []},
+        "skipped": [{"file": "snapshots/date=2026-01-01/hour=10/part-58-x.parquet", "reason": "ArrowInvalid: bad"}]}))
+    body = client.get("/history/job/").json()
+    assert body["skipped"] == [{"file": "snapshots/date=2026-01-01/hour=10/part-58-x.parquet",
+                                "reason": "ArrowInvalid: bad"}]
+    html = client.get("/history/").content.decode()
+    assert 'id="h-skipped"' in html

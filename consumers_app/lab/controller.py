@@ -42,7 +42,7 @@ from consumers_app.protocol import lab, lab_grpc
 
 from . import bus
 from .actions import CONSUMER_ACTIONS, MODES
-from .disk import DiskPlaces, measure
+from .disk import DiskPlaces, history_service, measure
 from .peers import OURS, PEER_CLIENTS, REPORT_INTERVAL_S, PeerConsumer, available_clients
 from .cluster_admin import oldest_ts_field
 from .observer import Cluster, GroupOffline, NotObservable, Sighting, changes, departure
@@ -454,6 +454,7 @@ class LabController:
     async def measure_disk(self) -> None:
         """Bytes per part into the snapshot; walking directories runs off the loop."""
         self.state.disk = await asyncio.to_thread(measure, self.disk_places, now_ms())
+        self.state.history_service = history_service(self.disk_places.lag_history, now_ms())
         self._snapshot_due = True
 
     async def _disk_loop(self) -> None:

@@ -77,3 +77,21 @@ def _entry_bytes(entry: os.DirEntry, seen: set) -> int:
         return stat.st_blocks * 512
     except FileNotFoundError:   # deleted meanwhile (retention, a prune, an atomic rename)
         return 0
+
+
+def history_service(lag_dir: Path | None, now_ms: int) -> dict | None:
+    """What the lag service says of itself (its ``_service.json``): its state, the share of
+    one core it and its JVM use, and how far behind the newest recording its history is;
+    None when no service has run on this data dir."""
+    import json
+
+    if lag_dir is None:
+        return None
+    try:
+        status = json.loads((Path(lag_dir) / "_service.json").read_text())
+    except (OSError, ValueError):
+        return None
+    newest = status.get("newest_sample_ts")
+    return {"state": status.get("state"), "cpu_pct": status.get("cpu_pct"),
+            "behind_s": round(max(0, now_ms - newest) / 1000, 1) if newest else None,
+            "paused": status.get("paused")}

@@ -137,6 +137,7 @@ class LabState:
         self.cluster: dict = {"attached": False}
         # Bytes on disk per part (disk.py), as the controller last measured them; empty until then.
         self.disk: dict = {}
+        self.history_service: dict | None = None   # disk.history_service(): what keeping history fresh costs
         self._pending: list[Event] = []
 
     # -- structure (the controller's own bookkeeping) -------------------------------
@@ -470,4 +471,5 @@ class LabState:
             "broker_process": dict(self.broker_process),
             "cluster": dict(self.cluster),
             "disk": {k: dict(v) if isinstance(v, dict) else v for k, v in self.disk.items()},
+            "history_service": dict(self.history_service) if self.history_service else None,
         }

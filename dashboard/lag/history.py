@@ -100,6 +100,15 @@ class LagHistory:
         sort = [c for c in (start_col, "topic", "broker", "queue_id", "client_id", "owner") if c in df.columns]
         return df.sort_values(sort, kind="stable").reset_index(drop=True) if len(df) else df
 
+    def skipped_recordings(self) -> list[dict]:
+        """Recording files the lag job or stream could not read: ``{"file", "reason"}``, the latest last."""
+        import json
+
+        try:
+            return list(json.loads((self.lag_dir / STATE_FILE).read_text()).get("skipped", []))
+        except (FileNotFoundError, ValueError, AttributeError):
+            return []
+
     def unprocessed_recordings(self) -> int:
         """How many recording files the job has not processed yet."""
         import json

@@ -2,8 +2,13 @@
 
 ``manage.py lagservice`` (runlab starts it, see LAB_LAG_SERVICE) runs ``LagService.run``:
 a pass folds the recordings not processed yet into the history as soon as a new snapshot
-slice appears (the recorder writes a slice right after its last sample, stream.py folds it
-in well under a second), and at least every ``period_s``. It notices new slices by the
+slice appears (the recorder writes a slice right after its last sample), and at least every
+``period_s`` - but never sooner than its CPU budget allows: after a pass that cost ``c``
+CPU seconds (the service and its JVM) the next waits until ``c / cpu_budget`` seconds have
+passed since this one started, so history costs at most ``cpu_budget`` of one core
+(LAB_LAG_CPU_BUDGET, 10 %) whatever a pass costs on this machine; a slower pass only
+makes the history less fresh (the page says how far behind it is), up to a pass a minute.
+The first pass (a cold JVM and the backlog of a start) is not charged. It notices new slices by the
 modification time of the current hour's snapshot directory, a stat every ``watch_s``: no
 listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
 
@@ -81,7 +86,8 @@ class CpuShare:
 class LagService:
     def __init__(self, job: LagJob, params: Callable[[], JobParams], *, period_s: float = 10.0,
                  watch_s: float = 0.25, max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
-                 verbose: bool = True, cpu_window_s: float = 120.0):
+                 verbose: bool = True, cpu_window_s: float = 120.0, cpu_budget: float = 0.10,
+                 max_pace_s: float = 60.0):
         self.job = job
         self.stream = LagStream(job)
         self.params = params   # read per pass: a bad setting pauses the service, it does not end it
@@ -92,6 +98,9 @@ class LagService:
         self.verbose = verbose
         self.path = job.out / STATUS_FILE
         self.cpu = CpuShare(os.getpid(), cpu_window_s)
+        self.cpu_budget = cpu_budget
+        self.max_pace_s = max_pace_s
+        self._not_before = 0.0   # monotonic: the budget's earliest next pass
         self.status = {"state": "running", "pid": None, "paused": None, "passes": 0, "last_pass": None,
                        "cpu_pct": None, "newest_sample_ts": None}
         self.stopping = threading.Event()
@@ -140,8 +149,36 @@ class LagService:
         return tuple(marks)
 
     def wait_for_recordings(self) -> None:
-        """Until a new snapshot slice is written, ``period_s`` has passed, or a stop."""
+        """Until a new snapshot slice is written, ``period_s`` has passed, or a stop; never
+        before the CPU budget allows the next pass."""
         seen, deadline = self._watched(), time.monotonic() + self.period_s
-        while not self.stopping.wait(self.watch_s):
-            if self._watched() != seen or time.monotonic() >= deadline:
+        if self.stopping.wait(max(0.0, self._not_before - time.monotonic())):
+            return
+        while self._watched() == seen and time.monotonic() < deadline:
+            if self.stopping.wait(self.watch_s):
                 return
+
+    # -- a pass -------------------------------------------------------------------
+
+    def pass_once(self) -> None:
+        started, cpu_before = time.monotonic(), tree_cpu_seconds(os.getpid())
+        result = self.stream.run(self.params())
+        # The budget paces the steady state: the first pass (a cold JVM, the backlog of a
+        # start) is not charged, and no pace is slower than ``max_pace_s``.
+        if self.cpu_budget > 0 and self.status["passes"] > 0:
+            cost = tree_cpu_seconds(os.getpid()) - cpu_before
+            self._not_before = started + min(cost / self.cpu_budget, self.max_pace_s)
+        resumed = self.status["state"] == "paused"
+        newest = (self.job.load_state().get("stream") or {}).get("newest")
+        self._write(state="running", paused=None, passes=self.status["passes"] + 1,
+                    last_pass={"finished": utc_now_iso(), "seconds": result.seconds, "new_files": result.new_files,
+                               "state": result.state},
+                    cpu_pct=self.cpu.sample(), newest_sample_ts=newest or self.status["newest_sample_ts"])
+        if resumed:
+            self.say("resumed")
+        self._log(f"pass {self.status['passes']}: {result.state}, {result.new_files} new file(s), "
+                  f"{result.seconds:.1f} s")
+
+    def _log(self, line: str) -> None:
+        if self.verbose:
+            self.say(line)

@@ -137,8 +137,9 @@ class LagStream:
             if rows is not None and rows.num_rows:
                 tail.upsert(self.out, table, rows, (["res"] if has_res else []) + ["date", "hour"])
             windows[table] = rows.num_rows if rows is not None else 0
+            _crash_point(f"upserted {table}")
         name = self._save_state_tables(result)
-        previous = stream.get("state")
+        _crash_point("state saved")
         for kind in new:
             state["processed"][kind].update(new[kind])
         state["stream"] = {"state": name, "runs": state.get("runs", 0), "newest": newest,
@@ -146,8 +147,9 @@ class LagStream:
                            "passes": stream.get("passes", 0) + 1}
         state["last_ts"] = max(state.get("last_ts") or 0, newest)
         job.save_state(state)   # the checkpoint: files processed and the state that folds them
-        if previous and previous != name:
-            shutil.rmtree(self.out / STREAM_DIR / previous, ignore_errors=True)
+        for old in (self.out / STREAM_DIR).iterdir():   # the previous state, and any a killed pass left
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
         for table in TABLE_HAS_RES:   # hours no pass can change any more join the table
             tail.seal(self.out, table, keep_from - 10 * MINUTE)
         newest_day = state["last_ts"]
@@ -226,6 +228,15 @@ class LagStream:
                 except Exception as exc:  # noqa: BLE001 - a bad file is skipped, whatever is wrong with it
                     bad.append((kind, rel, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
         return spans, bad
+
+
+def _crash_point(where: str) -> None:
+    """Tests kill a pass here (LAG_STREAM_CRASH_AT=where): SIGKILL, as a crash would."""
+    import os
+    import signal
+
+    if os.environ.get("LAG_STREAM_CRASH_AT") == where:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # -- the plan (DataFrame functions; the batch job's computations) --------------------------

@@ -97,6 +97,7 @@ def _job_status(request):
     window: the page polls this and redraws when that marker moves."""
     newest = LagHistory().newest_window_end(int(time.time() * 1000))
     return JsonResponse({**job_status(), "service": service_status(default_lag_dir()),
+                         "skipped": LagHistory().skipped_recordings(),
                          "newest_window_end": to_iso(newest) if newest is not None else None})
 
 

@@ -245,7 +245,7 @@
     $("h-job-label").textContent = label;
     $("h-job").disabled = job.state === "running" || root.dataset.canRun !== "1";
     if (job.state === "running" && !polling) polling = setInterval(poll, 1000);
-    showService(job.service);
+    showService(job.service, job.skipped || []);
   }
 
   // Files the lag job has not read yet: news only when no service reads them as they come
@@ -255,9 +255,15 @@
     $("h-pending").textContent = unprocessed && !serviceLive ? unprocessed + " recording file(s) not processed yet" : "";
   }
 
-  function showService(service) {
+  function showService(service, skipped) {
     if (!service) return;
     serviceLive = !service.paused && service.state === "running";
+    const bad = $("h-skipped");
+    if (bad) {
+      const last = skipped[skipped.length - 1];
+      bad.textContent = last ? `skipped ${skipped.length} unreadable recording file(s), last ${last.file} (${last.reason})` : "";
+      bad.title = skipped.map((s) => `${s.file}: ${s.reason}`).join("\n");
+    }
     showPending();
     const el = $("h-service");
     el.textContent = service.paused ? "history paused: " + service.paused

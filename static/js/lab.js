@@ -151,6 +151,7 @@
     if (snap.broker_process) showBrokerProcess(snap.broker_process);
     if (snap.cluster) showCluster(snap.cluster);
     if (snap.disk) showDiskUse(snap.disk);
+    showHistoryService(snap.history_service);
     scheduleRender();
   }
 
@@ -166,6 +167,22 @@
       return `${name} ${mib(disk[key])}${budget ? ` of ${Math.round(budget / MIB)}` : ""}`;
     });
     const text = parts.length ? `disk: ${parts.join(" · ")}` : "";
+    setText(line, text);
+    if (line.hidden !== !text) line.hidden = !text;
+  }
+
+  // What keeping the lag history fresh costs, beside the disk line ("history: 3 % CPU, 6 s behind").
+  function showHistoryService(service) {
+    const line = document.getElementById("history-cost");
+    if (!line) return;
+    let text = "";
+    if (service && service.state === "running") {
+      const cpu = service.cpu_pct == null ? "measuring CPU" : `${Math.round(service.cpu_pct)} % CPU`;
+      const behind = service.behind_s == null ? "nothing folded yet" : `${Math.round(service.behind_s)} s behind`;
+      text = `history: ${cpu}, ${behind}`;
+    } else if (service && service.state === "paused") {
+      text = `history: paused (${service.paused || "see the history page"})`;
+    }
     setText(line, text);
     if (line.hidden !== !text) line.hidden = !text;
   }

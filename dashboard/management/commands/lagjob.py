@@ -18,6 +18,8 @@ class Command(BaseCommand):
         parser.add_argument("--since", help="ISO-8601 start of the range to recompute (UTC if no offset)")
         parser.add_argument("--until", help="ISO-8601 end of the range to recompute")
         parser.add_argument("--group", help="recompute this consumer group only")
+        parser.add_argument("--stream", action="store_true",
+                            help="one pass of the lag stream (as the lag service runs it) instead of the batch")
         parser.add_argument("--master", help="Spark master (default: $SPARK_MASTER or local[*]; $SPARK_REMOTE wins)")
         parser.add_argument("--progress-file", help="also write progress as JSON here (the web page polls it)")
         parser.add_argument("--lock-wait", type=float, default=60.0, metavar="SECONDS",
@@ -47,10 +49,17 @@ class Command(BaseCommand):
 
         if progress_file:
             progress_file.write()
+        if options["stream"] and (since is not None or until is not None or options["group"] is not None):
+            raise CommandError("--stream folds what is new: no --since, --until or --group", returncode=2)
         job = LagJob(master=options["master"], progress=progress)
         try:
-            result = job.run(JobParams.from_settings(since_ms=since, until_ms=until, group=options["group"]),
-                             lock_wait_s=options["lock_wait"])
+            if options["stream"]:
+                from dashboard.lag.stream import LagStream
+
+                result = LagStream(job).run(JobParams.from_settings(), lock_wait_s=options["lock_wait"])
+            else:
+                result = job.run(JobParams.from_settings(since_ms=since, until_ms=until, group=options["group"]),
+                                 lock_wait_s=options["lock_wait"])
         except JobBusy as exc:
             if progress_file:
                 progress_file.fail(str(exc))
