@@ -55,6 +55,7 @@ import zlib
 from array import array
 from pathlib import Path
 
+from ..atomic import write_bytes, write_json
 from ..javastr import java_hash
 from ..protocol import lab
 
@@ -432,12 +433,7 @@ class MessageStore:
 
     def _save_min_offsets(self, commitlog_min: int, rows: list):
         self.min_offsets_path.parent.mkdir(exist_ok=True)
-        tmp = self.min_offsets_path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"commitlog_min": commitlog_min, "queues": rows}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.min_offsets_path)
+        write_json(self.min_offsets_path, {"commitlog_min": commitlog_min, "queues": rows})
 
     # ------------------------------------------------------- consume-queue files
 
@@ -690,12 +686,7 @@ class MessageStore:
                         _fsync_dir(self.cq_dir)
             body = json.dumps({"version": CHECKPOINT_VERSION, "commitlog": snap.target, "last": snap.last,
                                "file_entries": per_file, "queues": snap.rows}, separators=(",", ":")).encode()
-            tmp = self.checkpoint_path.with_suffix(".tmp")
-            with open(tmp, "wb") as f:
-                f.write(body + b"\n" + str(zlib.crc32(body)).encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.checkpoint_path)
+            write_bytes(self.checkpoint_path, body + b"\n" + str(zlib.crc32(body)).encode() + b"\n")
             _fsync_dir(self.cq_dir)
             self._ckpt_written = snap.seq
             self.checkpoint_pos = snap.target
