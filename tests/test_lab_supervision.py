@@ -8,8 +8,8 @@ import sys
 import time
 import urllib.error
 
+from .runlab import children_of, migrated_env, pid_alive, shared_by_three, start_lab, wait_for_three
 from .support import REPO, free_port, wait_until
-from .test_lab_runlab import children_of, migrated_env, pid_alive, shared_by_three, start_lab, wait_for_three
 
 
 def descendants_of(pid: int) -> list[int]:

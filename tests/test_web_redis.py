@@ -16,6 +16,8 @@ import requests
 from .support import REPO, free_port, manage_py, wait_until
 from .ws_client import LiveSocket
 
+pytestmark = pytest.mark.lab   # lane: web servers on the real Redis
+
 
 def _start(args, env) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *args], cwd=REPO, env=env,
