@@ -18,6 +18,8 @@ def test_runlab_starts_everything_prints_a_login_url_and_stops_cleanly(tmp_path)
         code = lab.stop()
     assert code == 0, "".join(lab.lines)
     assert "Rebalance Lab stopped" in "".join(lab.lines)
+    # Workers told to shut down are not "lost": none replaced, none waited out and killed.
+    assert not [x for x in lab.lines if "replacing worker" in x or "did not exit" in x], "".join(lab.lines)
     assert not [pid for pid in helpers if pid_alive(pid)], "broker and workers stopped with the lab"
 
 
