@@ -1,7 +1,7 @@
 """The suite's lanes, its real services and the fixtures several modules share.
 
-Lanes, run in this order by one ``pytest`` (``make test``): ``unit`` (in-process, no
-child process but a short-lived helper), ``broker`` (a real broker process and clients
+Lanes, run in this order by one ``pytest`` (``make test``): ``unit`` (in-process; at
+most a short-lived helper process), ``broker`` (a real broker process and clients
 on it), ``lab`` (lab controllers, runlab stacks, web servers on real Redis/PostgreSQL),
 ``spark`` (a JVM), ``browser`` (Debian's chromium). A module's lane is its own lane mark
 (``pytestmark``) if it has one, else the one its name says (``LANE_BY_NAME``), else
