@@ -67,6 +67,8 @@ run: install node-peers
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py runlab --host $(HOST) --port $(PORT)
 
+# One pytest run in lanes, in this order (tests/conftest.py): unit, broker, lab, spark, browser;
+# a failure in any lane fails it. PYTEST_ARGS narrows it, e.g. PYTEST_ARGS="-m unit".
 test: install-test chromium node-peers cpp-peer
 	$(BIN)/python manage.py check
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -34,7 +34,7 @@ from consumers_app.broker.store import MessageStore  # noqa: E402
 from consumers_app.broker.topics import TopicManager  # noqa: E402
 from consumers_app.protocol import lab  # noqa: E402
 from tests.brokers import BrokerProcess  # noqa: E402
-from tests.conftest import BrokerStubs  # noqa: E402
+from tests.brokers import BrokerStubs  # noqa: E402
 
 TOPIC = "BenchTopic"
 QUEUES = 8

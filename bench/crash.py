@@ -22,11 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
-from tests.brokers import BrokerProcess  # noqa: E402
-from tests.conftest import FAST_BROKER_ARGS, BrokerStubs  # noqa: E402
+from tests.brokers import FAST_BROKER_ARGS, BrokerProcess, BrokerStubs, Sender, read_all  # noqa: E402
 from tests.support import wait_until  # noqa: E402
-from tests.test_broker_crash import TOPIC, Sender, read_all  # noqa: E402
 
+TOPIC = "CrashTopic"
 QUEUES = 4
 
 
@@ -39,7 +38,7 @@ def run(flush: str, rounds: int, per_round: int) -> dict:
             started = time.perf_counter()
             broker.start()
             restarts.append(time.perf_counter() - started)
-            sender = Sender(broker.address)
+            sender = Sender(broker.address, TOPIC)
             sender.start()
             wait_until(lambda: len(sender.acked) >= per_round, timeout=120, message=f"{per_round} acknowledged sends")
             broker.kill()

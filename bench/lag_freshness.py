@@ -20,8 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.support import free_port  # noqa: E402
-from tests.test_lab_runlab import migrated_env, start_lab  # noqa: E402
-from tests.test_lag_fresh import newest_complete_window  # noqa: E402
+from tests.runlab import migrated_env, newest_complete_window, start_lab  # noqa: E402
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
 from tests.support import free_port, manage_py  # noqa: E402
-from tests.test_lab_runlab import Server, migrated_env  # noqa: E402
+from tests.runlab import Server, migrated_env  # noqa: E402
 
 MIB = 1 << 20
 SAMPLE_S = 10

@@ -11,11 +11,6 @@ def java_key(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
-def java_compare(a: str, b: str) -> int:
-    ka, kb = java_key(a), java_key(b)
-    return (ka > kb) - (ka < kb)
-
-
 def java_hash(s: str) -> int:
     """java.lang.String.hashCode(), as a signed 32-bit int."""
     h = 0

@@ -1,18 +1,66 @@
+"""The suite's lanes, its real services and the fixtures several modules share.
+
+Lanes, run in this order by one ``pytest`` (``make test``): ``unit`` (in-process; at
+most a short-lived helper process), ``broker`` (a real broker process and clients
+on it), ``lab`` (lab controllers, runlab stacks, web servers on real Redis/PostgreSQL),
+``spark`` (a JVM), ``browser`` (Debian's chromium). A module's lane is its own lane mark
+(``pytestmark``) if it has one, else the one its name says (``LANE_BY_NAME``), else
+``unit``; every test gets its lane's mark, so ``pytest -m unit`` runs one lane.
+"""
+import asyncio
 import os
 import socket
 
 import pytest
 
+from .support import require
 
+LANES = ("unit", "broker", "lab", "spark", "browser")
+LANE_BY_NAME = (   # module name prefix -> lane, first match wins
+    ("test_broker_", "broker"), ("test_client_", "broker"), ("test_remoting", "broker"),
+    ("test_handoff.py", "broker"), ("test_lab_", "lab"), ("test_browser_", "browser"),
+)
+
+
+def module_lane(module: pytest.Module) -> str:
+    marked = [m.name for m in module.iter_markers() if m.name in LANES]
+    if marked:
+        return marked[0]
+    return next((lane for prefix, lane in LANE_BY_NAME if module.path.name.startswith(prefix)), "unit")
+
+
+def pytest_itemcollected(item):
+    """Every test gets its module's lane mark (before ``-m`` selects)."""
+    item.add_marker(module_lane(item.getparent(pytest.Module)))
+
+
+@pytest.hookimpl(trylast=True)   # after pytest-django's database ordering, which splits modules
 def pytest_collection_modifyitems(config, items):
-    """TEST_ORDER=reversed runs each module's tests last to first: tests must not lean on
-    what an earlier test left behind (module fixtures are shared, their state is not)."""
+    """Lane order; a module's tests together (its module fixtures are made once), in the
+    order pytest-django left them. TEST_ORDER=reversed runs each module's tests last to
+    first: tests must not lean on what an earlier test left behind (module fixtures are
+    shared, their state is not); CI runs the modules that share a running lab that way too
+    (.ci/run)."""
+    modules = [item.getparent(pytest.Module) for item in items]
+    first_seen = {module: i for i, module in reversed(list(enumerate(modules)))}
+    lane = {module: LANES.index(module_lane(module)) for module in first_seen}
+    order = sorted(range(len(items)), key=lambda i: (lane[modules[i]], first_seen[modules[i]]))
+    items[:] = [items[i] for i in order]
     if os.environ.get("TEST_ORDER") == "reversed":
         by_module: dict = {}
         for item in items:
-            by_module.setdefault(item.module, []).append(item)
+            by_module.setdefault(item.getparent(pytest.Module), []).append(item)
         items[:] = [item for tests in by_module.values() for item in reversed(tests)]
 
+
+def pytest_report_collectionfinish(config, start_path, items):
+    counts = {lane: 0 for lane in LANES}
+    for item in items:
+        counts[module_lane(item.getparent(pytest.Module))] += 1
+    return "lanes: " + ", ".join(f"{lane} {n}" for lane, n in counts.items())
+
+
+# ---------------------------------------------------------------- real services
 
 def _reachable(host: str, port: int) -> bool:
     try:
@@ -23,13 +71,7 @@ def _reachable(host: str, port: int) -> bool:
 
 
 def _require_service(name: str, host: str, port: int) -> None:
-    """Real services are part of the suite: on CI their absence fails, locally it skips."""
-    if _reachable(host, port):
-        return
-    message = f"{name} is not reachable at {host}:{port}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{message} (CI=true: the suite needs it)")
-    pytest.skip(message)
+    require(_reachable(host, port), f"{name} is not reachable at {host}:{port}")
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +86,8 @@ def postgres_url() -> str:
     return os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
 
 
+# ---------------------------------------------------------------- brokers
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """One real broker per test module (topic TopicTest with 8 queues on broker-a)."""
@@ -53,43 +97,10 @@ def broker(tmp_path_factory):
         yield b
 
 
-# ---------------------------------------------------------------- broker helpers
-
-# Short intervals so broker tests never wait RocketMQ's production timings.
-FAST_BROKER_ARGS = [
-    "--min-invisible-ms", "1000", "--revive-interval-ms", "100", "--offset-persist-ms", "200",
-    "--client-expiry-ms", "1500", "--client-scan-ms", "200", "--delay-levels", "1s 1s 2s 2s 3s",
-    "--segment-size", str(8 << 20), "--default-invisible-ms", "2000",
-]
-
-
-class BrokerStubs:
-    """Sync gRPC stubs on one broker: ``v2`` (MessagingService) and ``admin`` (LabAdmin)."""
-
-    def __init__(self, address: str, client_id: str = "test-client"):
-        import grpc
-
-        from consumers_app.protocol import lab_grpc, v2_grpc
-
-        self.address = address
-        self.channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", -1),
-                                                                ("grpc.max_send_message_length", -1)])
-        self.v2 = v2_grpc.MessagingServiceStub(self.channel)
-        self.admin = lab_grpc.LabAdminStub(self.channel)
-        self.client_id = client_id
-
-    @property
-    def md(self):
-        return (("x-mq-client-id", self.client_id),)
-
-    def close(self):
-        self.channel.close()
-
-
 @pytest.fixture(scope="module")
 def fast_broker(tmp_path_factory):
     """A broker with short intervals (see FAST_BROKER_ARGS), topic TopicTest:8 on broker-a."""
-    from .brokers import BrokerProcess
+    from .brokers import FAST_BROKER_ARGS, BrokerProcess
 
     with BrokerProcess(tmp_path_factory.mktemp("fastbroker"), topics=["TopicTest:8@broker-a"],
                        extra_args=FAST_BROKER_ARGS) as b:
@@ -99,6 +110,8 @@ def fast_broker(tmp_path_factory):
 @pytest.fixture
 def stubs_for():
     """``stubs_for(address, client_id=...)`` -> BrokerStubs, closed after the test."""
+    from .brokers import BrokerStubs
+
     made = []
 
     def make(address: str, client_id: str = "test-client") -> BrokerStubs:
@@ -111,6 +124,8 @@ def stubs_for():
         s.close()
 
 
+# ---------------------------------------------------------------- the web side
+
 @pytest.fixture(autouse=True)
 def fresh_rate_limits():
     """Each test starts with full control-API buckets (user ids repeat across test databases)."""
@@ -119,3 +134,49 @@ def fresh_rate_limits():
     _limiter.cache_clear()
     login_limiter.cache_clear()
     yield
+
+
+@pytest.fixture
+async def fake_lab():
+    """A FakeLab (tests/fake_lab.py) answering the bus over the in-memory channel layer."""
+    from channels.layers import get_channel_layer
+
+    from .fake_lab import FakeLab
+
+    layer = get_channel_layer()
+    await layer.flush()  # the in-memory layer outlives a test's event loop
+    fake = FakeLab()
+    task = asyncio.create_task(fake.run())
+    yield fake
+    task.cancel()
+    await layer.flush()
+
+
+@pytest.fixture
+def user(db):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("alice")  # no password: hashing one is slow
+
+
+@pytest.fixture
+async def async_client(user):
+    """Django's AsyncClient logged in as ``user``."""
+    from django.test import AsyncClient
+
+    client = AsyncClient()
+    await client.aforce_login(user)
+    return client
+
+
+# ---------------------------------------------------------------- the browser
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Debian chromium (Playwright's Browser) for the session; its absence
+    skips locally and fails on CI."""
+    from .browser import chromium, require_chromium
+
+    require_chromium()
+    with chromium() as browser:
+        yield browser

@@ -23,31 +23,21 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-
 from consumers_app.remoting.codec import Command, binary_header, decode, encode
 
-from .support import wait_until
+from .support import require, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 ALI_ONS = ROOT / "node_modules" / "ali-ons"
 CPP = ROOT / ".venv" / "peers" / "cpp"
 
 
-def _require(present: bool, message: str) -> None:
-    if present:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{message}; CI=true: the suite needs it")
-    pytest.skip(message)
-
-
 def require_ali_ons() -> None:
-    _require(bool(shutil.which("node")) and ALI_ONS.is_dir(), "ali-ons is not installed (make node-peers)")
+    require(bool(shutil.which("node")) and ALI_ONS.is_dir(), "ali-ons is not installed (make node-peers)")
 
 
 def require_cpp() -> None:
-    _require((CPP / "rocketmq" / "librocketmq.so").exists(), "rocketmq-client-cpp is not installed (make cpp-peer)")
+    require((CPP / "rocketmq" / "librocketmq.so").exists(), "rocketmq-client-cpp is not installed (make cpp-peer)")
 
 
 class PeerProcess:

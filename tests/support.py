@@ -1,4 +1,5 @@
-"""Helpers for tests: wait on conditions with deadlines, free ports, subprocesses."""
+"""Helpers for tests: real dependencies required, waits on conditions with deadlines, free
+ports, subprocesses."""
 import os
 import socket
 import subprocess
@@ -7,6 +8,22 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def on_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def require(present: bool, message: str, module_level: bool = False) -> None:
+    """A real dependency (service, browser, JVM, peer) the test needs: locally its absence
+    skips, on CI (CI=true, set by .ci/run) it fails, so CI never passes by skipping."""
+    import pytest
+
+    if present:
+        return
+    if on_ci():
+        pytest.fail(f"{message} (CI=true: the suite needs it)", pytrace=False)
+    pytest.skip(message, allow_module_level=module_level)
 
 
 def wait_until(condition, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):

@@ -8,8 +8,7 @@ import pytest
 from consumers_app.protocol import lab, v2
 from consumers_app.protocol import v2_service as svc
 
-from .brokers import BrokerProcess
-from .conftest import FAST_BROKER_ARGS, BrokerStubs
+from .brokers import FAST_BROKER_ARGS, BrokerProcess, BrokerStubs
 from .support import wait_until
 
 Code = v2.Code

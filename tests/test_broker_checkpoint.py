@@ -21,6 +21,8 @@ from consumers_app.protocol import lab
 
 from .support import REPO, async_wait_until, wait_until
 
+pytestmark = pytest.mark.unit   # lane: the store in-process, no broker process
+
 SEG = 8192          # a few 1 KiB records per segment: many segments, segment rolls
 PER_FILE = 8        # entries per consume-queue file: many files per queue
 A, B, IDLE = ("T", "broker-a", 0), ("T", "broker-a", 1), ("T", "broker-a", 2)

@@ -1,65 +1,21 @@
 """Crash safety: SIGKILL the broker mid-traffic and restart it on the same data dir."""
 import json
-import threading
 
 import pytest
 
 from consumers_app.protocol import lab, v2
 from consumers_app.protocol import v2_service as svc
 
-from .brokers import BrokerProcess
-from .conftest import FAST_BROKER_ARGS, BrokerStubs
+from .brokers import FAST_BROKER_ARGS, BrokerProcess, BrokerStubs, Sender, read_all
 from .support import wait_until
 
 Code = v2.Code
 TOPIC = "CrashTopic"
 
 
-class Sender(threading.Thread):
-    """Sends small batches until stopped; remembers every message id acknowledged OK."""
-
-    def __init__(self, address):
-        super().__init__(daemon=True)
-        self.stubs = BrokerStubs(address, "crash-producer")
-        self.acked: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self):
-        n = 0
-        while not self.stop.is_set():
-            req = svc.SendMessageRequest()
-            for _ in range(4):
-                m = req.messages.add(body=f"crash-{n}".encode())
-                m.topic.name = TOPIC
-                n += 1
-            try:
-                resp = self.stubs.v2.SendMessage(req, metadata=self.stubs.md, timeout=5)
-            except Exception:
-                return  # the broker died: whatever was not acknowledged does not count
-            if resp.status.code == Code.OK:
-                self.acked.extend(e.message_id for e in resp.entries)
-        self.stubs.close()
-
-
-def read_all(stubs, topic, queues):
-    ids = []
-    for qid in range(queues):
-        offset = 0
-        while True:
-            resp = stubs.admin.PullBatch(lab.PullBatchRequest(
-                group="crash-reader", queue=lab.QueueRef(topic=topic, broker_name="broker-a", queue_id=qid),
-                offset=offset, max_messages=256))
-            assert resp.status.code == Code.OK, resp.status
-            if resp.pull_status != lab.FOUND:
-                break
-            ids.extend(m.message_id for m in resp.messages)
-            offset = resp.next_begin_offset
-    return ids
-
-
 def kill_while_sending(tmp_path, flush):
     broker = BrokerProcess(tmp_path, topics=[f"{TOPIC}:4"], flush=flush, extra_args=FAST_BROKER_ARGS).start()
-    sender = Sender(broker.address)
+    sender = Sender(broker.address, TOPIC)
     sender.start()
     try:
         wait_until(lambda: len(sender.acked) >= 400, timeout=60, message="400 acknowledged sends")

@@ -9,8 +9,7 @@ from rocketmq.v5.consumer.push.message_listener import ConsumeResult, MessageLis
 
 from consumers_app.protocol import lab
 
-from .brokers import BrokerProcess
-from .conftest import FAST_BROKER_ARGS
+from .brokers import FAST_BROKER_ARGS, BrokerProcess
 from .support import wait_until
 
 TOPICS = ["TopicTest:8", "Redeliver:2", "Extend:2", "DeadLetter:2", "PushTopic:4"]

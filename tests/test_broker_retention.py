@@ -19,11 +19,10 @@ from consumers_app.protocol import lab, v2, v2_grpc
 from consumers_app.protocol import v2_service as svc
 from consumers_app.remoting import wire
 
-from .brokers import BrokerProcess
-from .conftest import BrokerStubs
+from .brokers import BrokerProcess, BrokerStubs
+from .push_consumers import Log, push
 from .remoting_peers import call
 from .support import async_wait_until, wait_until
-from .test_handoff import Log, push
 
 Code = v2.Code
 SEG = 4096      # unit tests: ~3 records of 1 KiB per segment

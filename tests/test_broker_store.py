@@ -9,6 +9,8 @@ from consumers_app.broker.store import HEADER, MessageStore
 from consumers_app.broker.topics import group_error, topic_error
 from consumers_app.protocol import lab
 
+pytestmark = pytest.mark.unit   # lane: the store in-process, no broker process
+
 
 def msg(body: bytes, tag: str = "") -> lab.LabMessage:
     return lab.LabMessage(message_id=body.hex(), body=body, tag=tag)

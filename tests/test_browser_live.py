@@ -17,13 +17,13 @@ from playwright.sync_api import expect
 from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.message_queue import MessageQueue
 
-from .browser import chromium, have_chromium, login_url
+from .browser import login_url, require_chromium, screenshot
 from .consumed import duplicates_of_move
-from .support import REPO, free_port, manage_py, wait_until
+from .runlab import migrated_env
+from .support import free_port, manage_py, wait_until
 
 pytestmark = pytest.mark.browser
 
-SHOTS = REPO / "test-output" / "screenshots"
 GROUP = '.group[data-group="GID_LAB"]'
 # Short lab timings so a killed consumer is expired in seconds, not RocketMQ's 120 s.
 FAST_LAB = ["--namesrv-port=0", "--remoting-port=0",
@@ -50,13 +50,9 @@ KEEP_CONSUME_EVENTS = """(() => {
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    if not have_chromium():
-        pytest.skip("Debian's chromium is not installed (make chromium)")
-    data = tmp_path_factory.mktemp("lab")
-    env = {"LAB_DATA_DIR": str(data), "LAB_BROKER": f"127.0.0.1:{free_port()}", "LAB_LAG_SERVICE": "0"}
-    migrate = manage_py("migrate", "--noinput", "-v", "0", env=env)
-    assert migrate.wait(120) == 0, migrate.stdout.read()
+def lab_url(tmp_path_factory):
+    require_chromium()   # before a lab is started for nothing
+    env = migrated_env(tmp_path_factory.mktemp("lab"))
     process = manage_py("runlab", "--host", "127.0.0.1", "--port", str(free_port()), *FAST_LAB, env=env)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
@@ -75,26 +71,15 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture(scope="module")
-def page(lab, browser):
+def page(lab_url, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.add_init_script(KEEP_CONSUME_EVENTS)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(f"{exc}\n{exc.stack}"))
-    page.goto(lab)
+    page.goto(lab_url)
     page.wait_for_url(re.compile(r"/$"))
     yield page
     assert errors == [], errors[0]
-
-
-def screenshot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def owners(page, group: str = GROUP) -> dict[str, str]:
@@ -127,7 +112,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     # runlab's own broker: its parts and budget are on the disk line, with the lab's files.
     expect(page.locator("#disk-use")).to_have_text(re.compile(
         r"^disk: commit log \d+ MiB of 1024 · consume queues .+ · recordings .+ · history .+ · db .+$"))
-    screenshot(page, "01-default-avg")
+    screenshot(page, "01-default-avg", full_page=True)
 
     # Switch the strategy live: previewed first (what moves), applied on confirm.
     page.select_option(f'{GROUP} [data-control="strategy"]', "AVG_BY_CIRCLE")
@@ -139,7 +124,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     wait_for_owners(page, lambda o: o == circle, "AVG_BY_CIRCLE's owners")
     circled_at = time.time() * 1000
     expect(page.locator(GROUP)).to_have_attribute("data-strategy", "AVG_BY_CIRCLE")
-    screenshot(page, "02-avg-by-circle")
+    screenshot(page, "02-avg-by-circle", full_page=True)
 
     # Kill the consumer that owns broker-a:0: its queues go to the other two. Slowed first,
     # its messages finish out of order, so some it consumed are not committed yet.
@@ -157,7 +142,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     wait_for_owners(page, lambda o: o == after, f"{victim}'s queues moved to {survivors}", timeout=60)
     expect(page.locator(f'{GROUP} tr[data-consumer="{victim}"]')).not_to_have_attribute("data-status", "running")
     expect(page.locator("#membership-log")).to_contain_text(victim)
-    screenshot(page, "03-killed")
+    screenshot(page, "03-killed", full_page=True)
     check_the_kills_hand_off(page, victim, [q for q in start if circle[q] == victim], killed_at)
     check_the_replay_before_the_kill(page, victim, [q for q in start if circle[q] == victim], circled_at, killed_at)
 
@@ -171,7 +156,7 @@ def test_the_default_scenario_is_shared_and_rebalanced_live(page):
     wait_until(lambda: int(page.get_attribute("#flow-count", "data-count")) > 0, timeout=60, interval=0.2,
                message="flow-control events on the timeline")
     page.wait_for_function("() => [...document.querySelectorAll('#flow-chart .point')].length > 0", timeout=10_000)
-    screenshot(page, "04-hung-flow-control")
+    screenshot(page, "04-hung-flow-control", full_page=True)
 
 
 def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at: float) -> None:
@@ -204,7 +189,7 @@ def check_the_kills_hand_off(page, victim: str, its_queues: list[str], killed_at
     for queue in its_queues:
         expect(page.locator(f'{GROUP} [data-role="handoff"] tr[data-handoff-queue="{queue}"]').filter(
             has_text=f"{victim} →")).to_have_count(1)
-    screenshot(page, "03b-hand-off")
+    screenshot(page, "03b-hand-off", full_page=True)
     page.click(f'{GROUP} [data-action="close-handoff"]')
     expect(summary).to_have_count(0)
 
@@ -225,7 +210,7 @@ def check_the_replay_before_the_kill(page, victim: str, its_queues: list[str], c
     except AssertionError as exc:   # say what the page replayed
         raise AssertionError(f"{exc}: {page.text_content(f'{GROUP} [data-role=replay-state]')}, owners {owners(page)}, "
                              f"replayed sample {page.get_attribute(GROUP, 'data-replay')}, killed at {killed_at:.0f}") from None
-    screenshot(page, "03c-replay")
+    screenshot(page, "03c-replay", full_page=True)
     page.click(f'{GROUP} [data-action="live"]')
     wait_for_owners(page, lambda o: victim not in o.values(), "the live owners again")
     expect(page.locator(GROUP)).not_to_have_attribute("data-replay", re.compile(".*"))
@@ -240,7 +225,7 @@ def test_a_pop_group_shows_who_received_each_queues_messages(page):
     page.wait_for_function(
         "(g) => document.querySelectorAll(`${g} th.queue-head[data-state=received]`).length > 0", arg=pop,
         timeout=60_000)
-    screenshot(page, "05-push-and-pop")
+    screenshot(page, "05-push-and-pop", full_page=True)
 
 
 def test_api_errors_are_shown(page):
@@ -255,9 +240,9 @@ def test_api_errors_are_shown(page):
     screenshot(page, "06-error")
 
 
-def test_a_login_link_works_once(lab, browser):
+def test_a_login_link_works_once(lab_url, browser):
     other = browser.new_page()
-    other.goto(lab)
+    other.goto(lab_url)
     expect(other.locator("#login-link-error")).to_contain_text("already used")
     expect(other.locator('input[name="password"]')).to_be_visible()
     other.close()

@@ -10,26 +10,19 @@ What the page shows is checked against the server's own snapshot (`GET /api/stat
 queue's owners as LabState computes them), not against the page's JS. Each scenario's
 server is this module run as a script (see the bottom).
 """
-import os
 import re
-import signal
-import subprocess
 import sys
-import threading
-from contextlib import contextmanager
 
 import pytest
 from playwright.sync_api import expect
 
-from .browser import chromium, have_chromium, login_url
+from .browser import VIEW, fake_lab_server, logged_in_page, screenshot, server_state, shown
 from .fake_lab import FakeLab, ScaledFakeLab, serve
-from .support import REPO, free_port, wait_until
+from .support import wait_until
 
 pytestmark = pytest.mark.browser
 
-SHOTS = REPO / "test-output" / "screenshots"
 GROUP = '.group[data-group="GID_LAB"]'
-VIEW = '[data-assignment-group="GID_LAB"]'
 # The scale scenario's rebalance under way: (who also claims it, queue), and queues let go.
 CONTESTED = [("c5", "broker-b:10"), ("c5", "broker-c:20"), ("c40", "broker-d:63")]
 UNOWNED = ["broker-a:7", "broker-c:33", "broker-d:0"]
@@ -38,51 +31,8 @@ UNOWNED = ["broker-a:7", "broker-c:33", "broker-d:0"]
 # ------------------------------------------------------------------ servers and pages
 
 @pytest.fixture(scope="module")
-def browser():
-    if not have_chromium():
-        pytest.skip("Debian's chromium is not installed (make chromium)")
-    with chromium() as browser:
-        yield browser
-
-
-@contextmanager
-def fake_lab_server(scenario: str, data_dir, module: str = __name__):
-    """A test module as a script: the dashboard on daphne with the scenario's FakeLab inside."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", module, scenario, str(free_port())], cwd=REPO,
-        env={**os.environ, "LAB_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
-    try:
-        found = wait_until(lambda: login_url(lines) or process.poll() is not None, timeout=60,
-                           message=f"the {scenario} server's login URL")
-        assert not isinstance(found, bool), "".join(lines)
-        yield found
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
-@contextmanager
-def logged_in_page(browser, login_url: str, width: int, height: int):
-    page = browser.new_page(viewport={"width": width, "height": height})
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(login_url)
-    page.wait_for_url(re.compile(r"/$"))
-    expect(page.locator("#ws-status")).to_have_attribute("data-state", "live", timeout=20_000)
-    yield page
-    page.close()
-    assert errors == [], errors
-
-
-@pytest.fixture(scope="module")
 def scale_page(browser, tmp_path_factory):
-    with fake_lab_server("scale", tmp_path_factory.mktemp("scale")) as url, \
+    with fake_lab_server("scale", tmp_path_factory.mktemp("scale"), __name__) as url, \
             logged_in_page(browser, url, 1600, 900) as page:
         page.wait_for_function("(v) => document.querySelectorAll(`${v} [data-queue]`).length === 256", arg=VIEW,
                                timeout=20_000)
@@ -91,7 +41,7 @@ def scale_page(browser, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory):
-    with fake_lab_server("small", tmp_path_factory.mktemp("small")) as url:
+    with fake_lab_server("small", tmp_path_factory.mktemp("small"), __name__) as url:
         yield url
 
 
@@ -103,25 +53,7 @@ def small_page(browser, small_server):
         yield page
 
 
-def screenshot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-
-
 # ------------------------------------------------------------------ what the page shows, what the server says
-
-def shown(page, view: str = VIEW) -> dict[str, dict]:
-    """queue -> the view's data-owners and data-state for it."""
-    return page.evaluate("""(view) => Object.fromEntries([...document.querySelectorAll(`${view} [data-queue]`)]
-        .map((c) => [c.dataset.queue, {owners: c.dataset.owners, state: c.dataset.state}]))""", view)
-
-
-def server_state(page) -> dict:
-    origin = re.match(r"https?://[^/]+", page.url).group(0)
-    response = page.request.get(f"{origin}/api/state")
-    assert response.ok, response.text()
-    return response.json()
-
 
 def expected(page, group: str = "GID_LAB") -> dict[str, dict]:
     """What the view must show: each queue's owners in the server's snapshot."""

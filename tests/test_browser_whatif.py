@@ -15,8 +15,8 @@ from playwright.sync_api import expect
 from consumers_app.allocate import get_strategy
 from consumers_app.lab.whatif import preview_strategy
 
+from .browser import fake_lab_server, logged_in_page, server_state, shown
 from .fake_lab import TOPIC, FakeLab, serve
-from .test_browser_scale import browser, fake_lab_server, logged_in_page, server_state, shown  # noqa: F401
 from .support import wait_until
 
 pytestmark = pytest.mark.browser
@@ -26,7 +26,7 @@ SWITCHES = {"GID_LAB": "AVG_BY_CIRCLE", "GID_BIG": "CONSISTENT_HASH"}
 
 
 @pytest.fixture(scope="module")
-def page(browser, tmp_path_factory):  # noqa: F811 - the fixture imported above
+def page(browser, tmp_path_factory):
     with fake_lab_server("whatif", tmp_path_factory.mktemp("whatif"), module=__name__) as url, \
             logged_in_page(browser, url, 1500, 1000) as page:
         for group, kind in (("GID_LAB", "TABLE"), ("GID_BIG", "DIV")):

@@ -5,7 +5,7 @@ from collections import Counter
 
 from consumers_app.client import ConsumeFromWhere, MessageModel, PushConsumer, PushConsumerConfig
 from tests.support import async_wait_until, produce
-from tests.test_client_push import LABELS, TOPIC, Recorder, owned_exactly_once, push
+from tests.push_consumers import LABELS, TOPIC, Recorder, owned_exactly_once, recorded_push
 
 
 async def test_orderly_per_queue_order_holds_across_rebalance(broker):
@@ -61,7 +61,7 @@ async def test_orderly_per_queue_order_holds_across_rebalance(broker):
 async def test_broadcasting_every_consumer_gets_every_message(broker, tmp_path):
     addr = broker.address
     recs = [Recorder(), Recorder()]
-    consumers = [push(addr, "GID_BROADCAST", f"b{i}", recs[i], message_model=MessageModel.BROADCASTING,
+    consumers = [recorded_push(addr, "GID_BROADCAST", f"b{i}", recs[i], message_model=MessageModel.BROADCASTING,
                       consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                       offset_store_dir=str(tmp_path)) for i in range(2)]
     for c in consumers:

@@ -4,22 +4,12 @@ expiry of a killed consumer (orderly and broadcasting: test_client_orderly_broad
 The periodic rebalance is set to 10 minutes here, so every re-assignment these tests
 see was triggered by a membership notice (a graceful leave or the broker's expiry).
 """
-import threading
-from collections import Counter
-
 import pytest
 
-from consumers_app.client import (ConsumeFromWhere, ConsumeResult, MessageModel,
-                                  PushConsumer, PushConsumerConfig)
-from consumers_app.allocate import get_strategy
-from consumers_app.client.rebalance import allocate
 from consumers_app.events import EventEmitter, event_from_dict
-from consumers_app.message_queue import MessageQueue
 from tests.brokers import BrokerProcess
+from tests.push_consumers import LABELS, TOPIC, Recorder, owned_exactly_once, recorded_push
 from tests.support import async_wait_until, produce
-
-TOPIC = "TopicTest"
-LABELS = [f"broker-a:{i}" for i in range(8)]
 
 
 @pytest.fixture(scope="module")
@@ -30,60 +20,11 @@ def fast_broker(tmp_path_factory):
         yield b
 
 
-class Recorder:
-    """Thread-safe log of what listeners saw."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.ids = Counter()
-        self.by_consumer = Counter()
-        self.sequence = []  # (label, offset, client) in consumption order
-
-    def listener(self, client_id):
-        def listen(msgs):
-            with self.lock:
-                for m in msgs:
-                    self.ids[m.message_id] += 1
-                    self.by_consumer[client_id] += 1
-                    self.sequence.append((m.queue.label, m.queue_offset, client_id))
-            return ConsumeResult.SUCCESS
-        return listen
-
-
-def push(addr, group, cid, recorder, emitter=None, **overrides):
-    settings = dict(endpoints=addr, client_id=cid, heartbeat_interval_ms=300, rebalance_wait_interval_ms=600_000,
-                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    settings.update(overrides)
-    return PushConsumer(group, TOPIC, recorder.listener(cid), PushConsumerConfig(**settings), emitter=emitter)
-
-
-def owners(consumers):
-    return Counter(label for c in consumers for label in c.snapshot()["assignments"])
-
-
-def owned_exactly_once(consumers):
-    """Every queue owned by exactly one consumer, and each holds what the strategy says
-    for the current members (not just a transient state that happens to cover all)."""
-    counts = owners(consumers)
-    if sorted(counts) != LABELS or set(counts.values()) != {1}:
-        return False
-    mqs = [MessageQueue(TOPIC, "broker-a", i) for i in range(8)]
-    cids = [c.client_id for c in consumers]
-    for c in consumers:
-        strategy = get_strategy(c.snapshot()["strategy"])
-        if c.message_model is MessageModel.CLUSTERING and \
-                [m.label for m in allocate(strategy, c.group, c.client_id, mqs, cids)] != c.snapshot()["assignments"]:
-            return False
-    return True
-
-
-
-
 async def test_three_consumers_lose_nothing_and_graceful_leave_reowns_at_once(fast_broker):
     addr = fast_broker.address
     rec = Recorder()
     emitter = EventEmitter()
-    consumers = [push(addr, "GID_PUSH_3", f"c{i}", rec, emitter) for i in range(3)]
+    consumers = [recorded_push(addr, "GID_PUSH_3", f"c{i}", rec, emitter) for i in range(3)]
     for c in consumers:
         await c.start()
     await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="8 queues shared by 3")
@@ -131,7 +72,7 @@ async def test_killed_consumer_leaves_at_once_and_a_cut_one_at_expiry(fast_broke
     addr = fast_broker.address
     rec = Recorder()
     emitter = EventEmitter()
-    consumers = [push(addr, "GID_PUSH_KILL", f"k{i}", rec, emitter) for i in range(3)]
+    consumers = [recorded_push(addr, "GID_PUSH_KILL", f"k{i}", rec, emitter) for i in range(3)]
     for c in consumers:
         await c.start()
     await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="shared by 3")
@@ -163,7 +104,7 @@ async def test_killed_consumer_leaves_at_once_and_a_cut_one_at_expiry(fast_broke
 async def test_set_strategy_switches_and_rebalances_at_once(fast_broker):
     addr = fast_broker.address
     rec = Recorder()
-    consumers = [push(addr, "GID_PUSH_STRATEGY", f"s{i}", rec) for i in range(3)]
+    consumers = [recorded_push(addr, "GID_PUSH_STRATEGY", f"s{i}", rec) for i in range(3)]
     for c in consumers:
         await c.start()
     await async_wait_until(lambda: owned_exactly_once(consumers), timeout=20, message="AVG split")

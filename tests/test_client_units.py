@@ -16,6 +16,8 @@ from consumers_app.message_queue import MessageQueue
 from consumers_app.protocol import lab
 from tests.support import async_wait_until
 
+pytestmark = pytest.mark.unit   # lane: in-process, whatever the file name says
+
 MQ = MessageQueue("T", "broker-a", 0)
 
 

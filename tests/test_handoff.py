@@ -4,13 +4,11 @@ Each test pins one hand-off rule (README, "The engine"): the duplicates and gaps
 hand-off causes are the ones RocketMQ's rules produce, no more and no fewer. The
 periodic rebalance is 10 minutes here, so every move is caused by what the test does.
 """
-import threading
 import time
 
 import pytest
 
-from consumers_app.client import (ConsumeFromWhere, ConsumeResult, LitePullConsumerConfig, MessageModel,
-                                  PopConsumerConfig, PushConsumer, PushConsumerConfig)
+from consumers_app.client import ConsumeFromWhere, ConsumeResult, LitePullConsumerConfig, MessageModel, PopConsumerConfig
 from consumers_app.client.connection import Connection, resource
 from consumers_app.client.lite_pull_consumer import LitePullConsumer
 from consumers_app.client.pop_consumer import PopConsumer
@@ -19,6 +17,7 @@ from consumers_app.events import EventEmitter
 from consumers_app.message_queue import MessageQueue
 from consumers_app.protocol import lab, v2, v2_service
 from tests.brokers import BrokerProcess
+from tests.push_consumers import Log, push
 from tests.support import async_wait_until, produce
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -32,41 +31,6 @@ def broker(tmp_path_factory):
     """RocketMQ's own client expiry (120 s): whatever leaves sooner left by a closed connection."""
     with BrokerProcess(tmp_path_factory.mktemp("handoff"), topics=TOPICS) as b:
         yield b
-
-
-class Log:
-    """Every listener call: (client, queue label, queue offset, monotonic time)."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.calls: list[tuple[str, str, int, float]] = []
-
-    def listener(self, client_id, per_message_s=0.0, result=lambda m: ConsumeResult.SUCCESS):
-        def listen(msgs):
-            if per_message_s:
-                time.sleep(per_message_s)  # noqa: sleep-ok - the listener's own work
-            with self.lock:
-                for m in msgs:
-                    self.calls.append((client_id, m.queue.label, m.queue_offset, time.monotonic()))
-            return result(msgs[0])
-        return listen
-
-    def consumed(self, client_id=None, label=None):
-        return [(c, q, o, t) for c, q, o, t in list(self.calls)
-                if (client_id is None or c == client_id) and (label is None or q == label)]
-
-    def duplicates(self):
-        by_message: dict[tuple[str, int], set[str]] = {}
-        for c, q, o, _ in list(self.calls):
-            by_message.setdefault((q, o), set()).add(c)
-        return {key: who for key, who in by_message.items() if len(who) > 1}
-
-
-def push(addr, group, topic, cid, listener, emitter=None, orderly=False, **overrides):
-    settings = dict(endpoints=addr, client_id=cid, heartbeat_interval_ms=1000, rebalance_wait_interval_ms=600_000,
-                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    settings.update(overrides)
-    return PushConsumer(group, topic, listener, PushConsumerConfig(**settings), emitter=emitter, orderly=orderly)
 
 
 def removal_times(emitter, client_id) -> dict[str, float]:

@@ -19,9 +19,8 @@ from consumers_app.remoting import wire
 
 from .brokers import BrokerProcess
 from .remoting_peers import AliOns, call, require_ali_ons
+from .runlab import Server, cookie_jar, logged_in, migrated_env, post, state, wait_for_three
 from .support import REPO, free_port, wait_until
-from .test_lab_persistence import cookie_jar, post, state
-from .test_lab_runlab import Server, migrated_env, wait_for_three
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +40,6 @@ def refused(browser, port, path, body) -> tuple[int, str]:
 
 
 def test_runlab_attached_runs_the_scenario_on_the_cluster_and_refuses_lab_only_controls(cluster, tmp_path):
-    import http.cookiejar
-    import urllib.request
-
     port = free_port()
     lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--namesrv", cluster.namesrv,
                  "--client-option=*.heartbeat_interval_ms=1000", env=migrated_env(tmp_path))
@@ -52,8 +48,7 @@ def test_runlab_attached_runs_the_scenario_on_the_cluster_and_refuses_lab_only_c
         url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
         assert lab.line_starting("name server:", timeout=5) == f"name server: {cluster.namesrv} (attached)"
         assert not any("starting broker" in x for x in lab.lines)
-        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-        assert browser.open(url, timeout=10).status == 200
+        browser = logged_in(url)
         wait_for_three(lab, browser, port, timeout=30, message="the default scenario on the cluster")
 
         # The topic was created on the cluster: four queues on each of its brokers.
@@ -122,16 +117,12 @@ def test_runlab_on_a_name_server_that_does_not_answer_exits_1_with_one_line(tmp_
 
 
 def test_runlab_attached_to_an_existing_topic_runs_the_scenario_on_it(cluster, tmp_path):
-    import http.cookiejar
-    import urllib.request
-
     port = free_port()
     lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--namesrv", cluster.namesrv,
                  "--topic", "Seed", "--client-option=*.heartbeat_interval_ms=1000", env=migrated_env(tmp_path))
     try:
         url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
-        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-        assert browser.open(url, timeout=10).status == 200
+        browser = logged_in(url)
 
         def settled():
             snap = state(browser, port)

@@ -61,16 +61,16 @@ class Browser:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser():
+async def listener():
     await get_channel_layer().flush()   # queues bound to another test's loop must not linger
-    browser = Browser()
-    listening = asyncio.create_task(browser.listen())
-    yield browser
+    listener = Browser()
+    listening = asyncio.create_task(listener.listen())
+    yield listener
     listening.cancel()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def lab(broker, browser):
+async def controller(broker, listener):
     controller = LabController(broker.address, client_options=CLIENT_OPTIONS, pool_size=2,
                                flush_interval=0.05, poll_interval=0.5,
                                disk=DiskPlaces(broker_data_dir=broker.data_dir, commitlog_budget=64 << 20))
@@ -92,59 +92,59 @@ def group_view(snapshot, group="GID_LAB") -> dict:
     return snapshot["groups"][group]
 
 
-def live_members(lab, group="GID_LAB") -> list[str]:
-    return [c for c, s in group_view(lab.state.snapshot(), group)["clients"].items()
+def live_members(controller, group="GID_LAB") -> list[str]:
+    return [c for c, s in group_view(controller.state.snapshot(), group)["clients"].items()
             if s["status"] in ("running", "hung", "cut")]
 
 
-def balanced_as(lab, strategy=None, group="GID_LAB"):
+def balanced_as(controller, strategy=None, group="GID_LAB"):
     """The group's assignments as ``strategy`` (default: the group's own) computes them
     for its live members."""
-    view = group_view(lab.state.snapshot(), group)
+    view = group_view(controller.state.snapshot(), group)
     strategy = strategy or view["strategy"]
-    members = live_members(lab, group)
-    labels = [x for x in lab.state.topics["TopicTest"] if lab.state.brokers[broker_of(x)]]
+    members = live_members(controller, group)
+    labels = [x for x in controller.state.topics["TopicTest"] if controller.state.brokers[broker_of(x)]]
     assignments = {c: sorted(q) for c, q in view["assignments"].items()}
     return (sorted(view["members"]) == sorted(members) and not view["ownership_issues"]
             and assignments == expected_assignments(strategy, members, labels))
 
 
-async def test_default_scenario_shares_eight_queues_among_three_push_consumers(lab):
+async def test_default_scenario_shares_eight_queues_among_three_push_consumers(controller):
     snapshot = await bus.request("state")
     view = group_view(snapshot)
     assert (view["strategy"], view["mode"]) == ("AVG", "push")
     assert snapshot["topics"]["TopicTest"] == [f"broker-{b}:{q}" for b in "ab" for q in range(4)]
     assert snapshot["producers"]["TopicTest"]["rate"] == 200
-    assert len(live_members(lab)) == 3
+    assert len(live_members(controller)) == 3
 
-    await async_wait_until(lambda: balanced_as(lab, "AVG"), timeout=20, message="AVG over 3 consumers")
-    owners = {label: q["owners"] for label, q in group_view(lab.state.snapshot())["queues"].items()}
+    await async_wait_until(lambda: balanced_as(controller, "AVG"), timeout=20, message="AVG over 3 consumers")
+    owners = {label: q["owners"] for label, q in group_view(controller.state.snapshot())["queues"].items()}
     assert len(owners) == 8 and all(len(o) == 1 for o in owners.values())
     # Messages flow and get consumed: the broker's offsets move for the group.
     await async_wait_until(
-        lambda: all(q["committed_offset"] > 0 for q in group_view(lab.state.snapshot())["queues"].values()),
+        lambda: all(q["committed_offset"] > 0 for q in group_view(controller.state.snapshot())["queues"].values()),
         timeout=20, message="committed offsets on every queue")
 
 
-async def test_set_strategy_switches_every_member_at_once(lab, browser):
+async def test_set_strategy_switches_every_member_at_once(controller, listener):
     snapshot = await bus.request("set_strategy", group="GID_LAB", strategy="AVG_BY_CIRCLE")
     assert group_view(snapshot)["strategy"] == "AVG_BY_CIRCLE"
     # The answer is the new state: the owners already as AVG_BY_CIRCLE computes them.
-    members = live_members(lab)
-    labels = lab.state.topics["TopicTest"]
+    members = live_members(controller)
+    labels = controller.state.topics["TopicTest"]
     answered = {c: sorted(q) for c, q in group_view(snapshot)["assignments"].items()}
     assert answered == expected_assignments("AVG_BY_CIRCLE", members, labels)
     try:
-        await async_wait_until(lambda: balanced_as(lab, "AVG_BY_CIRCLE"), timeout=15, message="AVG_BY_CIRCLE")
-        clients = group_view(lab.state.snapshot())["clients"]
+        await async_wait_until(lambda: balanced_as(controller, "AVG_BY_CIRCLE"), timeout=15, message="AVG_BY_CIRCLE")
+        clients = group_view(controller.state.snapshot())["clients"]
         assert {c["strategy"] for c in clients.values() if c["status"] == "running"} == {"AVG_BY_CIRCLE"}
         # AVG and AVG_BY_CIRCLE really differ here: contiguous blocks vs every third queue.
-        members = live_members(lab)
+        members = live_members(controller)
         assert expected_assignments("AVG", members, labels) != expected_assignments("AVG_BY_CIRCLE", members, labels)
         # One Apply is one switch of the group (the lag history counts and marks it once).
-        await async_wait_until(lambda: any(e.get("fault") == "strategy" for e in browser.events("fault")),
+        await async_wait_until(lambda: any(e.get("fault") == "strategy" for e in listener.events("fault")),
                                timeout=5, message="the switch's event")
-        switches = [e for e in browser.events("fault") if e.get("fault") == "strategy" and not e["client_id"]]
+        switches = [e for e in listener.events("fault") if e.get("fault") == "strategy" and not e["client_id"]]
         assert len(switches) == 1 and switches[0]["strategy"] == "AVG_BY_CIRCLE"
         assert sorted(switches[0]["clients"]) == sorted(members)
     finally:
@@ -200,134 +200,134 @@ LIVE = object()   # stands for a consumer that is alive when the test runs
     ("broker", {"broker": "broker-z", "online": False}, "unknown broker 'broker-z'"),
     ("broker", {"broker": "broker-a", "online": "no"}, "online must be true or false"),
 ])
-async def test_bad_requests_are_refused_and_change_nothing(lab, action, params, reason):
-    params = {k: live_members(lab)[0] if v is LIVE else v for k, v in params.items()}
-    before = comparable(lab.state.snapshot())
+async def test_bad_requests_are_refused_and_change_nothing(controller, action, params, reason):
+    params = {k: live_members(controller)[0] if v is LIVE else v for k, v in params.items()}
+    before = comparable(controller.state.snapshot())
     with pytest.raises(bus.LabError) as refused:
         await bus.request(action, **params)
     assert reason in str(refused.value)
-    assert comparable(lab.state.snapshot()) == before
+    assert comparable(controller.state.snapshot()) == before
 
 
-async def test_runs_past_the_limits_are_refused_by_the_limits_name(lab):
-    alive = sum(c.alive for c in lab.state.clients.values())
-    in_group = len(live_members(lab))
-    queues = len(lab.state.topics["TopicTest"])
-    before = comparable(lab.state.snapshot())
-    saved = lab.limits
+async def test_runs_past_the_limits_are_refused_by_the_limits_name(controller):
+    alive = sum(c.alive for c in controller.state.clients.values())
+    in_group = len(live_members(controller))
+    queues = len(controller.state.topics["TopicTest"])
+    before = comparable(controller.state.snapshot())
+    saved = controller.limits
     try:
-        lab.limits = Limits(consumers=alive, group_consumers=64, topic_queues=1024)
+        controller.limits = Limits(consumers=alive, group_consumers=64, topic_queues=1024)
         with pytest.raises(bus.LabError, match=f"at most {alive} consumers \\(LAB_MAX_CONSUMERS\\)"):
             await bus.request("add_consumer", group="GID_OTHER")
-        lab.limits = Limits(consumers=128, group_consumers=in_group, topic_queues=queues)
+        controller.limits = Limits(consumers=128, group_consumers=in_group, topic_queues=queues)
         with pytest.raises(bus.LabError, match=f"at most {in_group} consumers \\(LAB_MAX_GROUP_CONSUMERS\\)"):
             await bus.request("add_consumer", group="GID_LAB")
         with pytest.raises(bus.LabError, match=f"at most {queues} queues \\(LAB_MAX_TOPIC_QUEUES\\)"):
             await bus.request("queues", topic="TopicTest", delta=1)
     finally:
-        lab.limits = saved
-    assert comparable(lab.state.snapshot()) == before
+        controller.limits = saved
+    assert comparable(controller.state.snapshot()) == before
 
 
-async def test_removing_every_queue_is_refused(lab, broker):
+async def test_removing_every_queue_is_refused(controller, broker):
     # Leave broker-b only, then try to empty it: the topic would have no queues.
     await bus.request("queues", topic="TopicTest", delta=-4, broker="broker-a")
     try:
         with pytest.raises(bus.LabError, match="would leave TopicTest with no queues"):
             await bus.request("queues", topic="TopicTest", delta=-4, broker="broker-b")
-        assert lab.state.topics["TopicTest"] == [f"broker-b:{q}" for q in range(4)]
+        assert controller.state.topics["TopicTest"] == [f"broker-b:{q}" for q in range(4)]
     finally:
         await bus.request("queues", topic="TopicTest", delta=4, broker="broker-a")
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="8 queues again")
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message="8 queues again")
 
 
-async def test_added_queues_are_shared_after_each_route_refresh(lab, browser):
+async def test_added_queues_are_shared_after_each_route_refresh(controller, listener):
     snapshot = await bus.request("queues", topic="TopicTest", delta=2, broker="broker-b")
     assert snapshot["topics"]["TopicTest"][-2:] == ["broker-b:4", "broker-b:5"]
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="10 queues shared")
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message="10 queues shared")
     # Nobody was told: each consumer saw it in its own route refresh (1 s here, 30 s by
     # default), and the page says when.
     def noticed_by_all():
-        change = group_view(lab.state.snapshot())["route_change"]
-        return change if set(change["noticed"]) == set(live_members(lab)) else None
+        change = group_view(controller.state.snapshot())["route_change"]
+        return change if set(change["noticed"]) == set(live_members(controller)) else None
 
     change = await async_wait_until(noticed_by_all, timeout=15, message="every consumer noticed the change")
     assert change["change"] == "queues" and all(0 <= ms for ms in change["noticed"].values())
-    await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("delta") == 2],
+    await async_wait_until(lambda: [e for e in listener.events("broker") if e.get("delta") == 2],
                            timeout=5, message="the broker event published")
     await bus.request("queues", topic="TopicTest", delta=-2, broker="broker-b")
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="back to 8 queues")
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message="back to 8 queues")
 
 
-async def test_an_offline_broker_leaves_the_group_to_the_other_brokers_queues(lab, browser):
+async def test_an_offline_broker_leaves_the_group_to_the_other_brokers_queues(controller, listener):
     snapshot = await bus.request("broker", broker="broker-b", online=False)
     assert snapshot["brokers"]["broker-b"] == {"online": False}
     try:
-        await async_wait_until(lambda: balanced_as(lab), timeout=15, message="broker-a only")
-        owned = [q for qs in group_view(lab.state.snapshot())["assignments"].values() for q in qs]
+        await async_wait_until(lambda: balanced_as(controller), timeout=15, message="broker-a only")
+        owned = [q for qs in group_view(controller.state.snapshot())["assignments"].values() for q in qs]
         assert sorted(owned) == [f"broker-a:{q}" for q in range(4)]
-        await async_wait_until(lambda: [e for e in browser.events("broker") if e.get("change") == "offline"],
+        await async_wait_until(lambda: [e for e in listener.events("broker") if e.get("change") == "offline"],
                                timeout=5, message="the offline event published")
     finally:
         await bus.request("broker", broker="broker-b", online=True)
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="both brokers again")
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message="both brokers again")
 
 
-async def test_a_hung_consumer_hits_flow_control(lab):
-    victim = live_members(lab)[0]
+async def test_a_hung_consumer_hits_flow_control(controller):
+    victim = live_members(controller)[0]
     snapshot = await bus.request("consumer", client_id=victim, action="hang")
     assert group_view(snapshot)["clients"][victim]["status"] == "hung"
 
     def flow_controlled():
-        return [e for e in group_view(lab.state.snapshot())["flow_control"] if e["client_id"] == victim]
+        return [e for e in group_view(controller.state.snapshot())["flow_control"] if e["client_id"] == victim]
 
     events = await async_wait_until(flow_controlled, timeout=20, message=f"flow control on {victim}")
     # pullThresholdForQueue is 20 here: the hung consumer's cache outgrew it.
     assert (events[-1]["reason"], events[-1]["threshold"]) == ("count", 20)
     assert events[-1]["value"] > 20
-    owned = group_view(lab.state.snapshot())["assignments"][victim]
-    await async_wait_until(lambda: any(group_view(lab.state.snapshot())["queues"][q]["cached_count"] > 20
+    owned = group_view(controller.state.snapshot())["assignments"][victim]
+    await async_wait_until(lambda: any(group_view(controller.state.snapshot())["queues"][q]["cached_count"] > 20
                                        for q in owned), timeout=5, message="its ProcessQueues full")
 
     snapshot = await bus.request("consumer", client_id=victim, action="resume")
     assert group_view(snapshot)["clients"][victim]["status"] == "running"
 
 
-async def test_a_killed_consumer_leaves_at_once(lab):
-    victim = live_members(lab)[-1]
+async def test_a_killed_consumer_leaves_at_once(controller):
+    victim = live_members(controller)[-1]
     killed_at = now_ms()
     snapshot = await bus.request("consumer", client_id=victim, action="kill")
     view = group_view(snapshot)
     assert view["clients"][victim]["status"] == "killed"
     assert victim not in view["assignments"]
     # Its connection closed: the broker drops it at once and the survivors take over.
-    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="survivors rebalanced")
-    left = [e for e in group_view(lab.state.snapshot())["membership_log"]
+    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="survivors rebalanced")
+    left = [e for e in group_view(controller.state.snapshot())["membership_log"]
             if victim in e.get("left", []) and e["ts"] >= killed_at]
     assert [e["reason"] for e in left] == ["closed"]
     with pytest.raises(bus.LabError, match=f"consumer {victim} is killed"):
         await bus.request("consumer", client_id=victim, action="hang")
     await bus.request("add_consumer", group="GID_LAB")   # three again, as the scenario started
-    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="a newcomer took its share")
+    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="a newcomer took its share")
 
 
-async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(lab, browser):
+async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(controller, listener):
     """The victim, slowed so that messages finish out of order (a concurrent consumer commits
     only up to its oldest unfinished one) and so are not all committed yet, is killed: the
     survivors take its queues from the committed offset and consume part of it again. The
     lab's rebalance shows each move from the victim, and its duplicate count is the one
     computed here from the consumers' own consume events."""
-    victim = live_members(lab)[-1]
-    held = group_view(lab.state.snapshot())["assignments"][victim]
+    victim = live_members(controller)[-1]
+    held = group_view(controller.state.snapshot())["assignments"][victim]
     await bus.request("consumer", client_id=victim, action="slow", ms=100)
-    await async_wait_until(lambda: any(e["client_id"] == victim and e.get("ranges") for e in browser.events("consume")),
+    await async_wait_until(lambda: any(e["client_id"] == victim and e.get("ranges") for e in listener.events("consume")),
                            timeout=10, message="the victim consuming")
     killed_at = now_ms()
     await bus.request("consumer", client_id=victim, action="kill")
-    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="survivors rebalanced")
+    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="survivors rebalanced")
 
     def kill_rebalance():
-        handoffs = group_view(lab.state.snapshot())["handoffs"]
+        handoffs = group_view(controller.state.snapshot())["handoffs"]
         return next((r for r in reversed(handoffs["rebalances"])
                      if r["end_ts"] >= killed_at and victim in r["clients"]), None)
 
@@ -339,7 +339,7 @@ async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(la
 
     async def counts_agree():
         detail = await bus.request("rebalance", group="GID_LAB", rebalance_id=rebalance["id"])
-        events = browser.events("consume")
+        events = listener.events("consume")
         ours = {m["queue"]: duplicates_of_move(events, m) for m in detail["moves"]}
         theirs = {m["queue"]: m["duplicates"] for m in detail["moves"]}
         return ours == theirs and sum(ours.values()) > 0 and detail
@@ -347,61 +347,61 @@ async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(la
     detail = await async_wait_until(counts_agree, timeout=15, message="the lab's duplicates = the consumers' own")
     assert detail["duplicates"] == sum(m["duplicates"] for m in detail["moves"])
     await bus.request("add_consumer", group="GID_LAB")
-    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="three consumers again")
+    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="three consumers again")
 
 
-async def test_a_cut_consumer_keeps_its_queues_until_the_broker_expires_it(lab):
-    victim = live_members(lab)[-1]
-    held = group_view(lab.state.snapshot())["assignments"][victim]
+async def test_a_cut_consumer_keeps_its_queues_until_the_broker_expires_it(controller):
+    victim = live_members(controller)[-1]
+    held = group_view(controller.state.snapshot())["assignments"][victim]
     snapshot = await bus.request("consumer", client_id=victim, action="cut")
     assert group_view(snapshot)["clients"][victim]["status"] == "cut"
 
     def expired():
-        log = group_view(lab.state.snapshot())["membership_log"]
+        log = group_view(controller.state.snapshot())["membership_log"]
         return [e for e in log if victim in e.get("left", [])]
 
     await async_wait_until(expired, timeout=20, message="the broker expires the silent consumer")
     assert [e["reason"] for e in expired()] == ["expired"]
-    others = [c for c in live_members(lab) if c != victim]
+    others = [c for c in live_members(controller) if c != victim]
     # The others take its queues; partitioned, it still holds them: both show on the page.
     await async_wait_until(lambda: set(held) <= {q for c in others
-                                                 for q in group_view(lab.state.snapshot())["assignments"][c]},
+                                                 for q in group_view(controller.state.snapshot())["assignments"][c]},
                            timeout=20, message="the others took its queues")
-    view = group_view(lab.state.snapshot())
+    view = group_view(controller.state.snapshot())
     assert view["assignments"][victim] == held
     assert {q: "shared" for q in held}.items() <= view["ownership_issues"].items()
     # Healed, it heartbeats again, rejoins and the group rebalances.
     await bus.request("consumer", client_id=victim, action="resume")
-    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="rejoined")
+    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="rejoined")
 
 
-async def test_add_and_stop_a_consumer(lab):
+async def test_add_and_stop_a_consumer(controller):
     reply = await bus.request("add_consumer", group="GID_LAB")
     new = reply["client_id"]
     assert new in group_view(reply["state"])["members"]
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message=f"{new} got queues")
-    assert group_view(lab.state.snapshot())["assignments"][new]
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message=f"{new} got queues")
+    assert group_view(controller.state.snapshot())["assignments"][new]
 
     snapshot = await bus.request("consumer", client_id=new, action="stop")
     # A graceful stop says goodbye: the broker drops it at once, no expiry needed.
     assert new not in group_view(snapshot)["members"]
     assert group_view(snapshot)["clients"][new]["status"] == "stopped"
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="rebalanced after stop")
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message="rebalanced after stop")
 
 
-async def test_producer_rate_and_burst(lab):
+async def test_producer_rate_and_burst(controller):
     snapshot = await bus.request("producer_rate", topic="TopicTest", rate=50)
     assert snapshot["producers"]["TopicTest"]["rate"] == 50
-    before = sum(q["max_offset"] for q in group_view(lab.state.snapshot())["queues"].values())
+    before = sum(q["max_offset"] for q in group_view(controller.state.snapshot())["queues"].values())
     await bus.request("producer_burst", topic="TopicTest", count=500)
     await async_wait_until(
-        lambda: sum(q["max_offset"] for q in group_view(lab.state.snapshot())["queues"].values()) >= before + 500,
+        lambda: sum(q["max_offset"] for q in group_view(controller.state.snapshot())["queues"].values()) >= before + 500,
         timeout=15, message="the burst stored")
     await bus.request("producer_rate", topic="TopicTest", rate=200)
 
 
-async def test_the_snapshot_reports_disk_use_per_part(lab):
-    await lab.measure_disk()
+async def test_the_snapshot_reports_disk_use_per_part(controller):
+    await controller.measure_disk()
     disk = (await bus.request("state"))["disk"]
     # The broker's parts and their budget only: this lab was given no recordings or database.
     assert set(disk) == {"commitlog", "consumequeue", "total", "budget", "ts"}
@@ -410,32 +410,32 @@ async def test_the_snapshot_reports_disk_use_per_part(lab):
     assert disk["budget"] == {"commitlog": 64 << 20}
 
     def stored():
-        return sum(q["max_offset"] for q in group_view(lab.state.snapshot())["queues"].values())
+        return sum(q["max_offset"] for q in group_view(controller.state.snapshot())["queues"].values())
     before = stored()
     await bus.request("producer_burst", topic="TopicTest", count=2000)
     await async_wait_until(lambda: stored() >= before + 2000, timeout=15, message="the burst stored")
     # Segments are allocated 32 MiB ahead of the writes: the figure covers every 1 KiB message.
-    await lab.measure_disk()
-    assert lab.state.snapshot()["disk"]["commitlog"] >= stored() * 1024
+    await controller.measure_disk()
+    assert controller.state.snapshot()["disk"]["commitlog"] >= stored() * 1024
 
 
-async def test_set_mode_replaces_the_consumers(lab):
-    before = live_members(lab)
+async def test_set_mode_replaces_the_consumers(controller):
+    before = live_members(controller)
     snapshot = await bus.request("set_mode", group="GID_LAB", mode="lite_pull")
     view = group_view(snapshot)
     assert view["mode"] == "lite_pull"
-    now = live_members(lab)
+    now = live_members(controller)
     assert len(now) == len(before) and not set(now) & set(before)
     assert {view["clients"][c]["mode"] for c in now} == {"lite_pull"}
     assert {view["clients"][c]["status"] for c in before} == {"stopped"}
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="lite pull balanced")
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message="lite pull balanced")
 
     snapshot = await bus.request("set_mode", group="GID_LAB", mode="push")
     assert group_view(snapshot)["mode"] == "push"
-    await async_wait_until(lambda: balanced_as(lab), timeout=15, message="push again")
+    await async_wait_until(lambda: balanced_as(controller), timeout=15, message="push again")
 
 
-async def test_a_pop_group_side_by_side(lab):
+async def test_a_pop_group_side_by_side(controller):
     first = await bus.request("add_consumer", group="GID_POP", mode="pop")
     second = await bus.request("add_consumer", group="GID_POP")
     view = group_view(second["state"], "GID_POP")
@@ -443,7 +443,7 @@ async def test_a_pop_group_side_by_side(lab):
     pop_clients = sorted([first["client_id"], second["client_id"]])
 
     def broker_level_assignments():
-        view = group_view(lab.state.snapshot(), "GID_POP")
+        view = group_view(controller.state.snapshot(), "GID_POP")
         return all(view["assignments"].get(c) == ["broker-a:-1", "broker-b:-1"] for c in pop_clients) and view
 
     view = await async_wait_until(broker_level_assignments, timeout=15, message="pop assignments")
@@ -451,49 +451,49 @@ async def test_a_pop_group_side_by_side(lab):
     assert {tuple(q["owners"]) for q in view["queues"].values()} == {tuple(pop_clients)}
     assert view["ownership_issues"] == {}
     # The push group next to it is untouched.
-    assert group_view(lab.state.snapshot())["mode"] == "push"
+    assert group_view(controller.state.snapshot())["mode"] == "push"
 
 
-async def test_a_dead_worker_is_replaced_with_its_consumers(lab, browser):
-    link = next(iter(lab.supervisor.links.values()))
-    clients = group_view(lab.state.snapshot())["clients"]
-    before = live_members(lab)
+async def test_a_dead_worker_is_replaced_with_its_consumers(controller, listener):
+    link = next(iter(controller.supervisor.links.values()))
+    clients = group_view(controller.state.snapshot())["clients"]
+    before = live_members(controller)
     hosted = [c for c in before if clients[c]["worker"] == link.worker_id]
     assert hosted, "the pool spreads consumers over both workers"
     os.kill(link.pid, signal.SIGKILL)
 
     def all_crashed():
-        clients = group_view(lab.state.snapshot())["clients"]
+        clients = group_view(controller.state.snapshot())["clients"]
         return all(clients[c]["status"] == "crashed" for c in hosted)
 
     await async_wait_until(all_crashed, timeout=10, message="consumers of the dead worker marked crashed")
     await async_wait_until(
-        lambda: {e["client_id"] for e in browser.events("fault") if e["fault"] == "worker_lost"} >= set(hosted),
+        lambda: {e["client_id"] for e in listener.events("fault") if e["fault"] == "worker_lost"} >= set(hosted),
         timeout=5, message="worker_lost faults published")
     # As many new consumers as were lost, on a fresh worker, without anyone asking.
-    await async_wait_until(lambda: len(live_members(lab)) == len(before) and not set(live_members(lab)) & set(hosted),
+    await async_wait_until(lambda: len(live_members(controller)) == len(before) and not set(live_members(controller)) & set(hosted),
                            timeout=10, message="replacement consumers running")
-    clients = group_view(lab.state.snapshot())["clients"]
-    assert all(clients[c]["worker"] != link.worker_id for c in live_members(lab))
-    await async_wait_until(lambda: any(e["fault"] == "worker_replaced" for e in browser.events("fault")),
+    clients = group_view(controller.state.snapshot())["clients"]
+    assert all(clients[c]["worker"] != link.worker_id for c in live_members(controller))
+    await async_wait_until(lambda: any(e["fault"] == "worker_replaced" for e in listener.events("fault")),
                            timeout=5, message="worker_replaced fault published")
-    await async_wait_until(lambda: balanced_as(lab), timeout=20, message="recovered")
+    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="recovered")
 
 
-async def test_browsers_get_coalesced_batches_and_snapshots(lab, browser):
-    await async_wait_until(lambda: len(browser.batches) > 20, timeout=10, message="batches")
-    for batch in browser.batches:
+async def test_browsers_get_coalesced_batches_and_snapshots(controller, listener):
+    await async_wait_until(lambda: len(listener.batches) > 20, timeout=10, message="batches")
+    for batch in listener.batches:
         keys = [(e["group"], e["client_id"], e["queue"]) for e in batch if e["type"] == "pq"]
         assert len(keys) == len(set(keys)), "one pq event per queue and consumer per batch"
     # A fault of our own (whatever ran before), then: every kind of story event reached
     # the browser in its JSON form, and a periodic snapshot too.
-    victim = live_members(lab)[0]
-    await lab.handle("consumer", {"client_id": victim, "action": "slow", "ms": 0})
-    await async_wait_until(lambda: any(e["client_id"] == victim for e in browser.events("fault")),
+    victim = live_members(controller)[0]
+    await controller.handle("consumer", {"client_id": victim, "action": "slow", "ms": 0})
+    await async_wait_until(lambda: any(e["client_id"] == victim for e in listener.events("fault")),
                            timeout=5, message="the fault published")
-    kinds = {e["type"] for e in browser.events()}
+    kinds = {e["type"] for e in listener.events()}
     assert {"assignment", "rebalance", "membership", "pq", "fault", "snapshot"} <= kinds
     assert kinds <= EVENT_TYPES | {"snapshot"}
-    assert all(event_from_dict(e).to_dict() == e for e in browser.events() if e["type"] != "snapshot")
-    snapshots = browser.events("snapshot")
+    assert all(event_from_dict(e).to_dict() == e for e in listener.events() if e["type"] != "snapshot")
+    snapshots = listener.events("snapshot")
     assert "GID_LAB" in snapshots[-1]["groups"]

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
+from .runlab import migrated_env, start_lab, wait_for_three
 from .support import free_port, manage_py
-from .test_lab_runlab import migrated_env, start_lab, wait_for_three
 from .ws_client import LiveSocket
 
 

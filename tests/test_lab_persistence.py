@@ -1,37 +1,16 @@
 """The lab's state survives a restart of runlab (saved in the database) unless --fresh."""
 import json
-import urllib.request
 
+from .runlab import Server, logged_in, migrated_env, post, state, wait_for_three
 from .support import free_port, wait_until
-from .test_lab_runlab import Server, migrated_env, wait_for_three
 
 
 def start(port, env, *extra):
-    import http.cookiejar
     lab = Server("runlab", "--host", "127.0.0.1", "--port", str(port), "--namesrv-port=0", "--remoting-port=0",
                  "--broker-arg=--client-expiry-ms=3000",
                  "--client-option=*.heartbeat_interval_ms=1000", *extra, env=env)
     url = lab.line_starting("Rebalance Lab is running", timeout=90).split("open ", 1)[1]
-    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-    assert browser.open(url, timeout=10).status == 200
-    return lab, browser
-
-
-def cookie_jar(browser):
-    return next(h.cookiejar for h in browser.handlers if isinstance(h, urllib.request.HTTPCookieProcessor))
-
-
-def post(browser, port, path, body):
-    csrf = next(c.value for c in cookie_jar(browser) if c.name == "csrftoken")
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     method="POST", headers={"Content-Type": "application/json",
-                                                             "X-CSRFToken": csrf,
-                                                             "Referer": f"http://127.0.0.1:{port}/"})
-    return json.load(browser.open(request, timeout=30))
-
-
-def state(browser, port):
-    return json.load(browser.open(f"http://127.0.0.1:{port}/api/state", timeout=30))
+    return lab, logged_in(url)
 
 
 def live(group):

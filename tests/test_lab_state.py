@@ -1,6 +1,10 @@
 """LabState: events in, snapshot and coalesced deltas out (no processes, no I/O)."""
+import pytest
+
 from consumers_app.events import PqEvent, event_from_dict
 from consumers_app.lab.state import LabState
+
+pytestmark = pytest.mark.unit   # lane: in-process, whatever the file name says
 
 QUEUES = [f"broker-{b}:{q}" for b in "ab" for q in range(4)]
 

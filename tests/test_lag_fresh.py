@@ -4,29 +4,13 @@ empty or failed answer in between. How fresh (the issue's 30 s) is a figure, mea
 bench/lag_freshness.py, not a threshold here."""
 import json
 import time
-import urllib.error
-from datetime import datetime, timezone
 
 import pytest
 
+from .runlab import children_of, migrated_env, newest_complete_window, pid_alive, start_lab
 from .support import free_port, wait_until
-from .test_lab_runlab import children_of, migrated_env, pid_alive, start_lab
 
 pytestmark = pytest.mark.spark
-
-def newest_complete_window(browser, port: int) -> tuple[int, float | None, float | None]:
-    """(HTTP status, newest window_end <= now in s since the epoch, its age in s) of lag.json
-    for GID_LAB at 10 s from 5 minutes ago."""
-    now = time.time()
-    since = datetime.fromtimestamp(now - 300, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    url = f"http://127.0.0.1:{port}/reports/lag.json?group=GID_LAB&res=10s&from={since}"
-    try:
-        body = json.load(browser.open(url, timeout=10))
-    except urllib.error.HTTPError as exc:
-        return exc.code, None, None
-    ends = [datetime.fromisoformat(r["window_end"].replace("Z", "+00:00")).timestamp() for r in body["rows"]]
-    complete = [end for end in ends if end <= now]
-    return (200, max(complete), now - max(complete)) if complete else (200, None, None)
 
 
 def test_history_keeps_advancing_by_itself_while_the_lab_runs(tmp_path):

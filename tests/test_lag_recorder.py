@@ -1,12 +1,11 @@
-"""The lag recorder (Parquet per 10-s slice named by its minute, bounded memory, flush on close) and the broker sampler."""
-import asyncio
+"""The lag recorder (Parquet per 10-s slice named by its minute, bounded memory, flush on close), and the rows of one offset poll."""
 import json
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from consumers_app.events import make_event
-from consumers_app.lab.recorder import BrokerSampler, Recorder, snapshot_rows
+from consumers_app.lab.recorder import Recorder, snapshot_rows
 from consumers_app.message_queue import MessageQueue
 
 T0 = 1_767_265_080_000  # 2026-01-01T10:58:00Z
@@ -68,43 +67,3 @@ def test_sampler_rows_keep_the_groups_topics_and_merge_consumer_state():
     rows = snapshot_rows("G", 99, queues, {"broker-a:1": {"owner": "c2", "cached_count": 3, "cached_bytes": 9}})
     assert [(r["topic"], r["queue_id"], r["consumer_offset"], r["owner"], r["cached_count"]) for r in rows] == [
         ("T", 0, 4, None, 0), ("T", 1, -1, "c2", 3)]
-
-
-async def test_sampler_against_the_real_broker(broker, tmp_path):
-    """Produce to the embedded broker, commit an offset, sample a few ticks, read the Parquet back."""
-    import grpc
-
-    from consumers_app.client import Producer, ProducerConfig
-    from consumers_app.protocol import lab, lab_grpc
-    from tests.support import async_wait_until
-
-    producer = Producer(ProducerConfig(endpoints=broker.address, topic="TopicTest", batch_size=40))
-    await producer.start()
-    await producer.send_batch(40)
-    await producer.shutdown()
-    async with grpc.aio.insecure_channel(broker.address) as channel:
-        stub = lab_grpc.LabAdminStub(channel)
-        a0 = lab.QueueRef(topic="TopicTest", broker_name="broker-a", queue_id=0)
-        offsets = await stub.GetQueueOffsets(lab.QueueOffsetsRequest(topic="TopicTest"))
-        max_a0 = next(q.max_offset for q in offsets.queues if q.queue.queue_id == 0)
-        await stub.PullBatch(lab.PullBatchRequest(group="GID_LAG", queue=a0, offset=1, max_messages=1,
-                                                  tag_expression="*", commit_offset=1))
-    recorder = Recorder(tmp_path)
-    sampler = BrokerSampler(broker.address, recorder, lambda: ["GID_LAG"],
-                            lambda g: {"broker-a:0": {"owner": "c1", "cached_count": 3, "cached_bytes": 30}},
-                            interval=0.05)
-    task = asyncio.create_task(sampler.run())
-    await async_wait_until(lambda: sampler.ticks >= 3, timeout=20, message="three sampler ticks")
-    sampler.stop()
-    await asyncio.wait_for(task, 10)
-    recorder.close()
-    assert sampler.errors == 0
-    rows = ds.dataset(tmp_path / "snapshots", format="parquet", partitioning="hive").to_table().to_pylist()
-    ticks = sorted({r["ts"] for r in rows})
-    assert len(ticks) >= 3 and len(rows) == 8 * len(ticks)  # every queue of the topic, every tick
-    last = [r for r in rows if r["ts"] == ticks[-1]]
-    assert sum(r["broker_max_offset"] for r in last) == 40
-    q0 = next(r for r in last if r["queue_id"] == 0)
-    assert (q0["broker_max_offset"], q0["consumer_offset"], q0["owner"], q0["cached_count"]) == (max_a0, 1, "c1", 3)
-    assert q0["oldest_unconsumed_store_ts"] > 0
-    assert {r["consumer_offset"] for r in last if r["queue_id"] != 0} == {-1}

@@ -8,7 +8,7 @@ process group: the worker's executors too) when its fixture ends, failed or not.
 
 The job runs as ``manage.py lagjob`` in a child process, as the history page starts it
 (and one process can hold a classic or a Connect session, not both). Each mode gets its
-own copy of one recorded data set (tests/test_lag_job.py's scenario, 3 minutes) in two
+own copy of one recorded data set (tests/lag_scenario.py, 3 minutes) in two
 steps - a first run, then an incremental one over one more minute - so the merge with the
 rows already written is exercised too.
 """
@@ -33,8 +33,8 @@ import pytest
 
 from consumers_app.lab.recorder import Recorder
 
-from .support import REPO, free_port, wait_until
-from .test_lag_job import _assert_queue_windows, expected, record
+from .lag_scenario import assert_queue_windows, expected, record
+from .support import REPO, free_port, require, wait_until
 
 pytestmark = [
     pytest.mark.spark,
@@ -53,8 +53,7 @@ OTHER_TABLES = ("owner_windows", "rebalances", "marks")
 FOREIGN_ENV = ("SPARK_REMOTE", "SPARK_MASTER", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE_ENABLED",
                "SPARK_CONF_DIR", "SPARK_HOME", "LAB_DATA_DIR")
 
-if shutil.which("java") is None:
-    pytest.skip("no java on PATH: every Spark mode needs a JVM (Java 17)", allow_module_level=True)
+require(shutil.which("java") is not None, "no java on PATH: every Spark mode needs a JVM (Java 17)", module_level=True)
 
 
 _LIBC = ctypes.CDLL(None)  # loaded here: a forked child must not dlopen (other threads' locks)
@@ -121,9 +120,8 @@ def _master_state(ui_port: int) -> dict | None:
 def connect_server(conf_dir: Path, log_dir: Path):
     """A Spark Connect server (local[1], 512m) from pyspark's own jars -> its sc:// URL."""
     jars = sorted((SPARK_HOME / "jars").glob("spark-connect_*.jar"))
-    if not jars:
-        pytest.skip(f"pyspark {pyspark.__version__} ships no spark-connect_*.jar in {SPARK_HOME / 'jars'}: "
-                    "a Connect server would need --packages, i.e. a download")
+    require(bool(jars), f"pyspark {pyspark.__version__} ships no spark-connect_*.jar in {SPARK_HOME / 'jars'}: "
+                        "a Connect server would need --packages, i.e. a download")
     port = free_port()
     server = Jvm("connect-server", [
         str(SPARK_HOME / "bin" / "spark-submit"),
@@ -298,7 +296,7 @@ def _assert_same_rows(local, other, what: str, res: str | None = None) -> None:
 def test_local_mode_matches_the_hand_computed_history(local_run):
     """The reference is right: both runs done, the queue windows as test_lag_job computes them."""
     assert [s["state"] for s in local_run.summaries] == ["done", "done"]
-    _assert_queue_windows(_table(local_run.out, "queue_windows").to_pandas(), expected(0, LAST))
+    assert_queue_windows(_table(local_run.out, "queue_windows").to_pandas(), expected(0, LAST))
 
 
 @pytest.mark.parametrize("res", ["10s", "1m"])

@@ -18,8 +18,8 @@ from consumers_app.client.config import ConsumeResult
 
 from .brokers import BrokerProcess
 from .remoting_peers import AliOns, Cpp, Raw, call, require_ali_ons, require_cpp
+from .push_consumers import push
 from .support import async_wait_until, produce, wait_until
-from .test_handoff import push
 
 TOPIC = "TopicTest"
 

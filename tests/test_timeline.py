@@ -4,8 +4,6 @@ import asyncio
 
 import pytest
 from channels.layers import get_channel_layer
-from django.contrib.auth import get_user_model
-from django.test import AsyncClient
 
 from consumers_app.events import now_ms
 from consumers_app.lab.timeline import GroupTimeline
@@ -65,7 +63,7 @@ pytestmark_db = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-async def lab():
+async def lagging_fake_lab():
     layer = get_channel_layer()
     await layer.flush()
     fake = FakeLab()
@@ -79,19 +77,12 @@ async def lab():
     await layer.flush()
 
 
-@pytest.fixture
-async def client(db):
-    client = AsyncClient()
-    await client.aforce_login(await get_user_model().objects.acreate(username="alice"))
-    return client
-
-
 @pytestmark_db
-async def test_the_lag_series_and_a_past_second_through_the_api(client, lab):
-    series = (await client.get("/api/groups/GID_LAB/lag", {"seconds": "60"})).json()
+async def test_the_lag_series_and_a_past_second_through_the_api(async_client, lagging_fake_lab):
+    series = (await async_client.get("/api/groups/GID_LAB/lag", {"seconds": "60"})).json()
     assert len(series["ts"]) == 3 and series["total_lag"] == [0, 80, 160]
-    assert set(series["queues"]) == set(lab.labels())
-    at = await client.get("/api/groups/GID_LAB/at", {"ts": str(series["ts"][1])})
+    assert set(series["queues"]) == set(lagging_fake_lab.labels())
+    at = await async_client.get("/api/groups/GID_LAB/at", {"ts": str(series["ts"][1])})
     assert at.status_code == 200
     queues = at.json()["queues"]
     assert queues["broker-a:0"]["lag"] == 10 and len(queues["broker-a:0"]["owners"]) == 1
@@ -107,7 +98,7 @@ async def test_the_lag_series_and_a_past_second_through_the_api(client, lab):
     ("/api/groups/NOPE/lag", "unknown group 'NOPE'"),
     ("/api/groups/GID_LAB/rebalances/7", "has no rebalance 7"),
 ])
-async def test_bad_requests_are_400s_with_their_reason(client, lab, url, reason):
-    response = await client.get(url)
+async def test_bad_requests_are_400s_with_their_reason(async_client, lagging_fake_lab, url, reason):
+    response = await async_client.get(url)
     assert response.status_code == 400
     assert reason in response.json()["error"]

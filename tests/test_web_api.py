@@ -1,11 +1,9 @@
 """The control API against a fake controller on the in-memory bus: every action, every bad input."""
 import asyncio
-import json
 import time
 
 import pytest
 from channels.layers import get_channel_layer
-from django.contrib.auth import get_user_model
 from django.test import AsyncClient, override_settings
 
 from consumers_app.allocate import get_strategy, sort_for_allocation
@@ -14,45 +12,14 @@ from consumers_app.lab.whatif import preview_strategy
 from consumers_app.message_queue import MessageQueue
 from dashboard.auth import issue_api_token
 
-from .fake_lab import TOPIC, FakeLab
+from .fake_lab import TOPIC
+from .web import actions, post
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-async def lab():
-    layer = get_channel_layer()
-    await layer.flush()  # the in-memory layer outlives a test's event loop
-    fake = FakeLab()
-    task = asyncio.create_task(fake.run())
-    yield fake
-    task.cancel()
-    await layer.flush()
-
-
-@pytest.fixture
-def user(db):
-    return get_user_model().objects.create_user("alice")  # no password: hashing one is slow
-
-
-@pytest.fixture
-async def client(user):
-    client = AsyncClient()
-    await client.aforce_login(user)
-    return client
-
-
-def post(client, url, body=None, **headers):
-    data = body if isinstance(body, (str, bytes)) else json.dumps(body if body is not None else {})
-    return client.post(url, data=data, content_type="application/json", headers=headers)
-
-
-def actions(lab, name):
-    return [params for action, params in lab.requests if action == name]
-
-
-async def test_state_is_the_snapshot(client, lab):
-    response = await client.get("/api/state")
+async def test_state_is_the_snapshot(async_client, fake_lab):
+    response = await async_client.get("/api/state")
     assert response.status_code == 200
     group = response.json()["groups"]["GID_LAB"]
     assert (group["strategy"], group["mode"]) == ("AVG", "push")
@@ -61,34 +28,34 @@ async def test_state_is_the_snapshot(client, lab):
     assert set(group["queues"]["broker-a:0"]) >= {"lag", "cached_count", "cached_bytes"}
 
 
-async def test_set_strategy_answers_the_new_state(client, lab):
-    response = await post(client, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"})
+async def test_set_strategy_answers_the_new_state(async_client, fake_lab):
+    response = await post(async_client, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"})
     assert response.status_code == 200, response.content
     group = response.json()["groups"]["GID_LAB"]
     mqs, cids = sort_for_allocation([MessageQueue.from_label(TOPIC, x) for x in group["queues"]], ["c1", "c2", "c3"])
     strategy = get_strategy("AVG_BY_CIRCLE")
     assert group["assignments"] == {c: [mq.label for mq in strategy.allocate("GID_LAB", c, mqs, cids)] for c in cids}
-    assert actions(lab, "set_strategy") == [{"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE"}]
+    assert actions(fake_lab, "set_strategy") == [{"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE"}]
 
 
-async def test_a_strategy_preview_answers_the_moves_and_changes_nothing(client, lab):
-    before = (await client.get("/api/state")).json()
-    response = await client.get("/api/groups/GID_LAB/strategy/preview", {"strategy": "AVG_BY_CIRCLE"})
+async def test_a_strategy_preview_answers_the_moves_and_changes_nothing(async_client, fake_lab):
+    before = (await async_client.get("/api/state")).json()
+    response = await async_client.get("/api/groups/GID_LAB/strategy/preview", {"strategy": "AVG_BY_CIRCLE"})
     assert response.status_code == 200, response.content
     group = before["groups"]["GID_LAB"]
     want = preview_strategy(get_strategy("AVG_BY_CIRCLE"), "GID_LAB", TOPIC, group["queues"], group["members"],
                             group["assignments"])
     assert response.json() == {"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE", **want}
     assert response.json()["moved"] > 0
-    assert actions(lab, "preview_strategy") == [{"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE"}]
-    assert (await client.get("/api/state")).json() == before
+    assert actions(fake_lab, "preview_strategy") == [{"group": "GID_LAB", "strategy": "AVG_BY_CIRCLE"}]
+    assert (await async_client.get("/api/state")).json() == before
 
 
 @override_settings(LAB_CONTROL_RATE=1, LAB_CONTROL_BURST=1)
-async def test_previews_spend_no_control_budget(client, lab):
+async def test_previews_spend_no_control_budget(async_client, fake_lab):
     for _ in range(3):
-        assert (await client.get("/api/groups/GID_LAB/strategy/preview?strategy=AVG")).status_code == 200
-    assert (await post(client, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"})).status_code == 200
+        assert (await async_client.get("/api/groups/GID_LAB/strategy/preview?strategy=AVG")).status_code == 200
+    assert (await post(async_client, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"})).status_code == 200
 
 
 @pytest.mark.parametrize("url, reason", [
@@ -98,21 +65,21 @@ async def test_previews_spend_no_control_budget(client, lab):
     ("/api/groups/NOPE/strategy/preview?strategy=AVG", "unknown group 'NOPE'"),
     ("/api/groups/GID_WATCHED/strategy/preview?strategy=AVG", "observed"),
 ])
-async def test_a_bad_preview_is_a_400_with_its_reason(client, lab, url, reason):
-    lab.state.add_group("GID_WATCHED", TOPIC, "push", "").observed = True
-    response = await client.get(url)
+async def test_a_bad_preview_is_a_400_with_its_reason(async_client, fake_lab, url, reason):
+    fake_lab.state.add_group("GID_WATCHED", TOPIC, "push", "").observed = True
+    response = await async_client.get(url)
     assert response.status_code == 400
     assert reason in response.json()["error"]
 
 
-async def test_set_mode(client, lab):
-    response = await post(client, "/api/groups/GID_LAB/mode", {"mode": "lite_pull"})
+async def test_set_mode(async_client, fake_lab):
+    response = await post(async_client, "/api/groups/GID_LAB/mode", {"mode": "lite_pull"})
     assert response.status_code == 200
     assert response.json()["groups"]["GID_LAB"]["mode"] == "lite_pull"
 
 
-async def test_add_consumer_answers_its_client_id(client, lab):
-    response = await post(client, "/api/groups/GID_LAB/consumers", {"mode": "push"})
+async def test_add_consumer_answers_its_client_id(async_client, fake_lab):
+    response = await post(async_client, "/api/groups/GID_LAB/consumers", {"mode": "push"})
     assert response.status_code == 200
     body = response.json()
     assert body["client_id"] == "c4"
@@ -128,35 +95,35 @@ async def test_add_consumer_answers_its_client_id(client, lab):
     ("fail", {"ratio": 0.25}, {"ratio": 0.25}),
     ("fail", {"ratio": 1}, {"ratio": 1}),
 ])
-async def test_consumer_actions(client, lab, action, body, params):
-    response = await post(client, f"/api/consumers/c2/{action}", body)
+async def test_consumer_actions(async_client, fake_lab, action, body, params):
+    response = await post(async_client, f"/api/consumers/c2/{action}", body)
     assert response.status_code == 200, response.content
     assert "groups" in response.json()
-    assert actions(lab, "consumer") == [{"client_id": "c2", "action": action, **params}]
+    assert actions(fake_lab, "consumer") == [{"client_id": "c2", "action": action, **params}]
 
 
-async def test_an_empty_body_is_fine_for_plain_actions(client, lab):
-    response = await client.generic("POST", "/api/consumers/c1/hang")  # no body at all
+async def test_an_empty_body_is_fine_for_plain_actions(async_client, fake_lab):
+    response = await async_client.generic("POST", "/api/consumers/c1/hang")  # no body at all
     assert response.status_code == 200
     assert response.json()["groups"]["GID_LAB"]["clients"]["c1"]["status"] == "hung"
 
 
-async def test_producer_and_topology_actions(client, lab):
-    assert (await post(client, "/api/producers/rate", {"topic": TOPIC, "rate": 50})).status_code == 200
-    assert (await post(client, "/api/producers/rate", {"topic": TOPIC, "rate": 12.5})).status_code == 200
-    assert (await post(client, "/api/producers/burst", {"topic": TOPIC, "count": 1000})).status_code == 200
-    response = await post(client, f"/api/topics/{TOPIC}/queues", {"delta": 2, "broker": "broker-b"})
+async def test_producer_and_topology_actions(async_client, fake_lab):
+    assert (await post(async_client, "/api/producers/rate", {"topic": TOPIC, "rate": 50})).status_code == 200
+    assert (await post(async_client, "/api/producers/rate", {"topic": TOPIC, "rate": 12.5})).status_code == 200
+    assert (await post(async_client, "/api/producers/burst", {"topic": TOPIC, "count": 1000})).status_code == 200
+    response = await post(async_client, f"/api/topics/{TOPIC}/queues", {"delta": 2, "broker": "broker-b"})
     assert response.status_code == 200
     assert "broker-b:5" in response.json()["groups"]["GID_LAB"]["queues"]
-    assert (await post(client, f"/api/topics/{TOPIC}/queues", {"delta": -1})).status_code == 200
-    response = await post(client, "/api/brokers/broker-a/offline")
+    assert (await post(async_client, f"/api/topics/{TOPIC}/queues", {"delta": -1})).status_code == 200
+    response = await post(async_client, "/api/brokers/broker-a/offline")
     assert response.status_code == 200
     assert response.json()["brokers"]["broker-a"] == {"online": False}
-    assert (await post(client, "/api/brokers/broker-a/online")).status_code == 200
-    assert [a for a, _ in lab.requests] == ["producer_rate", "producer_rate", "producer_burst", "queues", "queues",
+    assert (await post(async_client, "/api/brokers/broker-a/online")).status_code == 200
+    assert [a for a, _ in fake_lab.requests] == ["producer_rate", "producer_rate", "producer_burst", "queues", "queues",
                                            "broker", "broker"]
-    assert lab.requests[3][1] == {"topic": TOPIC, "delta": 2, "broker": "broker-b"}
-    assert lab.requests[5][1] == {"broker": "broker-a", "online": False}
+    assert fake_lab.requests[3][1] == {"topic": TOPIC, "delta": 2, "broker": "broker-b"}
+    assert fake_lab.requests[5][1] == {"broker": "broker-a", "online": False}
 
 
 @pytest.mark.parametrize("url, body, reason", [
@@ -191,11 +158,11 @@ async def test_producer_and_topology_actions(client, lab):
     (f"/api/topics/{TOPIC}/queues", {"delta": 1, "broker": ""}, "'broker' must be a non-empty string"),
     ("/api/brokers/broker-a/offline", {"force": True}, "unknown field(s): force"),
 ])
-async def test_bad_input_is_refused_before_the_controller(client, lab, url, body, reason):
-    response = await post(client, url, body)
+async def test_bad_input_is_refused_before_the_controller(async_client, fake_lab, url, body, reason):
+    response = await post(async_client, url, body)
     assert response.status_code == 400
     assert reason in response.json()["error"]
-    assert lab.requests == []
+    assert fake_lab.requests == []
 
 
 @pytest.mark.parametrize("url, body, reason", [
@@ -205,17 +172,17 @@ async def test_bad_input_is_refused_before_the_controller(client, lab, url, body
     ("/api/brokers/broker-z/offline", None, "unknown broker 'broker-z'"),
     ("/api/topics/TopicTest/queues", {"delta": -9}, "has only 4 queue(s)"),
 ])
-async def test_the_controllers_refusal_is_a_400_with_its_reason(client, lab, url, body, reason):
-    before = (await client.get("/api/state")).json()
-    response = await post(client, url, body)
+async def test_the_controllers_refusal_is_a_400_with_its_reason(async_client, fake_lab, url, body, reason):
+    before = (await async_client.get("/api/state")).json()
+    response = await post(async_client, url, body)
     assert response.status_code == 400
     assert reason in response.json()["error"]
-    assert (await client.get("/api/state")).json() == before
+    assert (await async_client.get("/api/state")).json() == before
 
 
-async def test_a_consumer_that_is_gone_is_refused(client, lab):
-    assert (await post(client, "/api/consumers/c1/kill")).status_code == 200
-    response = await post(client, "/api/consumers/c1/hang")
+async def test_a_consumer_that_is_gone_is_refused(async_client, fake_lab):
+    assert (await post(async_client, "/api/consumers/c1/kill")).status_code == 200
+    response = await post(async_client, "/api/consumers/c1/hang")
     assert response.status_code == 400
     assert response.json() == {"error": "consumer c1 is killed"}
 
@@ -226,41 +193,41 @@ async def test_a_consumer_that_is_gone_is_refused(client, lab):
     ("get", "/api/groups/GID_LAB/strategy", 405),
     ("post", "/api/state", 405),
 ])
-async def test_unknown_endpoints_and_methods(client, lab, method, url, status):
-    response = await getattr(client, method)(url)
+async def test_unknown_endpoints_and_methods(async_client, fake_lab, method, url, status):
+    response = await getattr(async_client, method)(url)
     assert response.status_code == status
     assert "error" in response.json()
 
 
-async def test_no_controller_is_a_503(client, monkeypatch):
+async def test_no_controller_is_a_503(async_client, monkeypatch):
     async def unavailable(action, /, **params):
         raise bus.LabUnavailable("the lab controller did not answer 'state' within 15s")
     monkeypatch.setattr(bus, "request", unavailable)
-    response = await client.get("/api/state")
+    response = await async_client.get("/api/state")
     assert response.status_code == 503
     assert "did not answer" in response.json()["error"]
 
 
 # ---------------------------------------------------------------- who may call
 
-async def test_anonymous_callers_are_refused(lab, settings):
+async def test_anonymous_callers_are_refused(fake_lab, settings):
     settings.DASHBOARD_PUBLIC_READ = False
     anonymous = AsyncClient()
     assert (await anonymous.get("/api/state")).status_code == 401
     response = await post(anonymous, "/api/consumers/c1/kill")
     assert response.status_code == 401
     assert "authentication required" in response.json()["error"]
-    assert lab.requests == []
+    assert fake_lab.requests == []
 
 
-async def test_public_read_opens_state_but_not_control(lab, settings):
+async def test_public_read_opens_state_but_not_control(fake_lab, settings):
     settings.DASHBOARD_PUBLIC_READ = True
     anonymous = AsyncClient()
     assert (await anonymous.get("/api/state")).status_code == 200
     assert (await post(anonymous, "/api/groups/GID_LAB/strategy", {"strategy": "AVG"})).status_code == 401
 
 
-async def test_api_token_authenticates_without_csrf(lab, user):
+async def test_api_token_authenticates_without_csrf(fake_lab, user):
     token = await asyncio.to_thread(issue_api_token, "script")
     scripted = AsyncClient(enforce_csrf_checks=True)
     response = await post(scripted, "/api/consumers/c1/hang", None, Authorization=f"Token {token}")
@@ -276,13 +243,13 @@ async def test_api_token_authenticates_without_csrf(lab, user):
     ("Bearer abc", "must read 'Token <api token>'"),
     ("Token ", "must read 'Token <api token>'"),
 ])
-async def test_bad_tokens_are_a_401(lab, header, reason):
+async def test_bad_tokens_are_a_401(fake_lab, header, reason):
     response = await AsyncClient().get("/api/state", headers={"Authorization": header})
     assert response.status_code == 401
     assert reason in response.json()["error"]
 
 
-async def test_session_callers_need_the_csrf_token(lab, user):
+async def test_session_callers_need_the_csrf_token(fake_lab, user):
     browser = AsyncClient(enforce_csrf_checks=True)
     await browser.aforce_login(user)
     page = await browser.get("/")
@@ -291,22 +258,22 @@ async def test_session_callers_need_the_csrf_token(lab, user):
     refused = await post(browser, "/api/consumers/c1/hang")
     assert refused.status_code == 403
     assert "CSRF" in refused.json()["error"]
-    assert lab.requests == []
+    assert fake_lab.requests == []
     accepted = await post(browser, "/api/consumers/c1/hang", None, X_CSRFToken=csrf)
     assert accepted.status_code == 200
 
 
-async def test_healthz_follows_the_broker_process(lab):
-    client = AsyncClient()   # no login: a load balancer asks it
-    response = await client.get("/healthz")
+async def test_healthz_follows_the_broker_process(fake_lab):
+    async_client = AsyncClient()   # no login: a load balancer asks it
+    response = await async_client.get("/healthz")
     assert (response.status_code, response.json()["ok"]) == (200, True)
-    lab.broker_process.update(up=False, restarts=2, reason="the broker was killed by signal 9")
-    response = await client.get("/healthz")
+    fake_lab.broker_process.update(up=False, restarts=2, reason="the broker was killed by signal 9")
+    response = await async_client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["broker_process"]["restarts"] == 2
 
 
-async def test_a_change_whose_caller_gave_up_is_never_applied(lab):
+async def test_a_change_whose_caller_gave_up_is_never_applied(fake_lab):
     """The bus drops a queued change once its caller's deadline passed (that caller got a 503)."""
     layer = get_channel_layer()
     reply_channel = await layer.new_channel()
@@ -315,5 +282,5 @@ async def test_a_change_whose_caller_gave_up_is_never_applied(lab):
         "reply_to": reply_channel, "deadline": time.time() - 1})
     # A later request is answered, so the expired one was seen (and dropped) first.
     await bus.request("set_mode", group="GID_LAB", mode="push")
-    assert actions(lab, "set_strategy") == []
-    assert lab.groups["GID_LAB"].strategy == "AVG"
+    assert actions(fake_lab, "set_strategy") == []
+    assert fake_lab.groups["GID_LAB"].strategy == "AVG"

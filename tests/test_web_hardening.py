@@ -8,32 +8,32 @@ from django.test import AsyncClient, override_settings
 
 from consumers_app.lab import bus
 
-from .test_web_api import actions, client, lab, post, user  # noqa: F401 - fixtures
+from .web import actions, post
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @override_settings(LAB_CONTROL_RATE=1, LAB_CONTROL_BURST=3)
-async def test_control_actions_past_the_users_budget_get_429_and_are_not_applied(client, lab):
-    answers = [await post(client, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"}) for _ in range(6)]
+async def test_control_actions_past_the_users_budget_get_429_and_are_not_applied(async_client, fake_lab):
+    answers = [await post(async_client, "/api/groups/GID_LAB/strategy", {"strategy": "AVG_BY_CIRCLE"}) for _ in range(6)]
     codes = [a.status_code for a in answers]
     assert codes[:3] == [200, 200, 200] and set(codes[3:]) == {429}, codes
     refused = answers[3]
     assert "too many control requests" in refused.json()["error"]
     assert int(refused["Retry-After"]) >= 1
-    assert len(actions(lab, "set_strategy")) == 3
+    assert len(actions(fake_lab, "set_strategy")) == 3
     # Reading is not a control action: never throttled.
-    assert (await client.get("/api/state")).status_code == 200
+    assert (await async_client.get("/api/state")).status_code == 200
 
 
 @override_settings(LAB_BURST_MESSAGES_PER_MINUTE=1000)
-async def test_bursts_spend_a_per_user_message_budget(client, lab):
-    assert (await post(client, "/api/producers/burst", {"topic": "TopicTest", "count": 800})).status_code == 200
-    again = await post(client, "/api/producers/burst", {"topic": "TopicTest", "count": 800})
+async def test_bursts_spend_a_per_user_message_budget(async_client, fake_lab):
+    assert (await post(async_client, "/api/producers/burst", {"topic": "TopicTest", "count": 800})).status_code == 200
+    again = await post(async_client, "/api/producers/burst", {"topic": "TopicTest", "count": 800})
     assert again.status_code == 429 and "burst budget" in again.json()["error"]
-    too_big = await post(client, "/api/producers/burst", {"topic": "TopicTest", "count": 1001})
+    too_big = await post(async_client, "/api/producers/burst", {"topic": "TopicTest", "count": 1001})
     assert too_big.status_code == 400 and "at most 1000" in too_big.json()["error"]
-    assert [p["count"] for p in actions(lab, "producer_burst")] == [800]
+    assert [p["count"] for p in actions(fake_lab, "producer_burst")] == [800]
 
 
 @pytest.mark.parametrize("raw, reason", [
@@ -43,14 +43,14 @@ async def test_bursts_spend_a_per_user_message_budget(client, lab):
     ('{"topic": "TopicTest", "rate": ' + "9" * 5000 + "}", "not valid JSON"),
     ('{"topic": "TopicTest", "rate": 1, "x": "' + "a" * 70_000 + '"}', "larger than"),
 ])
-async def test_hostile_bodies_are_400_with_a_reason(client, lab, raw, reason):
-    response = await post(client, "/api/producers/rate", raw)
+async def test_hostile_bodies_are_400_with_a_reason(async_client, fake_lab, raw, reason):
+    response = await post(async_client, "/api/producers/rate", raw)
     assert response.status_code == 400, response.content[:200]
     assert reason in response.json()["error"]
-    assert actions(lab, "producer_rate") == []
+    assert actions(fake_lab, "producer_rate") == []
 
 
-async def test_a_full_controller_queue_is_503_json_with_retry_after(client):
+async def test_a_full_controller_queue_is_503_json_with_retry_after(async_client):
     """No controller reads its channel and the queue is full: the caller learns at once."""
     layer = get_channel_layer()
     await layer.flush()
@@ -58,7 +58,7 @@ async def test_a_full_controller_queue_is_503_json_with_retry_after(client):
         for i in range(layer.capacity):
             await layer.send(bus.CONTROLLER_CHANNEL, {"type": "lab.request", "action": "state", "params": {},
                                                       "reply_to": f"nobody.{i}"})
-        response = await asyncio.wait_for(client.get("/api/state"), 5)
+        response = await asyncio.wait_for(async_client.get("/api/state"), 5)
         assert response.status_code == 503
         assert "busy" in response.json()["error"] and response["Retry-After"] == "1"
     finally:
@@ -93,8 +93,8 @@ def test_the_database_file_and_secret_key_are_the_owners_only(tmp_path):
         assert mode == 0o600, f"{name}: {oct(mode)}"
 
 
-async def test_pages_carry_a_content_security_policy(client):
-    page = await client.get("/")
+async def test_pages_carry_a_content_security_policy(async_client):
+    page = await async_client.get("/")
     policy = page["Content-Security-Policy"]
     assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
     login = await AsyncClient().get("/login/")

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
+import pytest
+
 from .support import REPO
+
+pytestmark = pytest.mark.lab   # lane: Django on the real PostgreSQL
 
 
 def test_auth_flows_on_postgresql(postgres_url):

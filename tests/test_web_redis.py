@@ -13,8 +13,11 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import requests
 
+from .runlab import migrated_env
 from .support import REPO, free_port, manage_py, wait_until
 from .ws_client import LiveSocket
+
+pytestmark = pytest.mark.lab   # lane: web servers on the real Redis
 
 
 def _start(args, env) -> subprocess.Popen:
@@ -33,9 +36,8 @@ def _serving(port: int) -> bool:
 def web_pair(redis_url, tmp_path):
     # A database of our own on the shared Redis, so other suites' controllers never answer us.
     layer_url = urlunsplit(urlsplit(redis_url)._replace(path=f"/{random.randint(1, 15)}"))
-    env = {**os.environ, "CHANNEL_LAYER_URL": layer_url, "LAB_DATA_DIR": str(tmp_path),
+    env = {**os.environ, **migrated_env(tmp_path), "CHANNEL_LAYER_URL": layer_url,
            "PYTHONUNBUFFERED": "1", "FAKE_LAB_TICK": "0"}
-    assert manage_py("migrate", "-v", "0", env=env).wait(60) == 0
     token_maker = manage_py("createtoken", "script", env=env)
     token = token_maker.communicate(timeout=60)[0].strip().splitlines()[-1]
     controller = _start(["-m", "tests.fake_lab"], env)

@@ -2,7 +2,6 @@
 import asyncio
 
 import pytest
-from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -14,23 +13,10 @@ from dashboard import consumers
 from dashboard.asgi import application
 from dashboard.auth import issue_api_token
 
-from .fake_lab import FakeLab
-
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 HOST = (b"host", b"127.0.0.1:8000")
-
-
-@pytest.fixture
-async def lab():
-    layer = get_channel_layer()
-    await layer.flush()  # the in-memory layer outlives a test's event loop
-    fake = FakeLab()
-    task = asyncio.create_task(fake.run())
-    yield fake
-    task.cancel()
-    await layer.flush()
 
 
 @pytest.fixture
@@ -55,7 +41,7 @@ def events(n: int, **fields) -> list[dict]:
                        cached_count=i, **fields).to_dict() for i in range(n)]
 
 
-async def test_snapshot_first_then_one_event_per_frame(lab, token):
+async def test_snapshot_first_then_one_event_per_frame(fake_lab, token):
     ws = await connected(f"?token={token}")
     snapshot = await ws.receive_json_from()
     assert snapshot["type"] == "snapshot"
@@ -71,7 +57,7 @@ async def test_snapshot_first_then_one_event_per_frame(lab, token):
     await ws.disconnect()
 
 
-async def test_actions_reach_every_socket_as_events(lab, token):
+async def test_actions_reach_every_socket_as_events(fake_lab, token):
     first, second = await connected(f"?token={token}"), await connected(f"?token={token}")
     for ws in (first, second):
         assert (await ws.receive_json_from())["type"] == "snapshot"
@@ -83,7 +69,7 @@ async def test_actions_reach_every_socket_as_events(lab, token):
     await second.disconnect()
 
 
-async def test_session_cookie_authenticates(lab):
+async def test_session_cookie_authenticates(fake_lab):
     browser = Client()
     await asyncio.to_thread(browser.force_login, await get_user_model().objects.acreate(username="alice"))
     cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
@@ -92,7 +78,7 @@ async def test_session_cookie_authenticates(lab):
     await ws.disconnect()
 
 
-async def test_anonymous_is_refused_unless_public_read(lab, settings):
+async def test_anonymous_is_refused_unless_public_read(fake_lab, settings):
     settings.DASHBOARD_PUBLIC_READ = False
     ws = communicator()
     assert (await ws.connect())[0] is False
@@ -102,12 +88,12 @@ async def test_anonymous_is_refused_unless_public_read(lab, settings):
     await ws.disconnect()
 
 
-async def test_unknown_token_is_refused_even_when_public(lab, settings):
+async def test_unknown_token_is_refused_even_when_public(fake_lab, settings):
     settings.DASHBOARD_PUBLIC_READ = True
     assert (await communicator("?token=nope").connect())[0] is False
 
 
-async def test_foreign_origin_is_refused(lab, token):
+async def test_foreign_origin_is_refused(fake_lab, token):
     ws = communicator(f"?token={token}", headers=[(b"origin", b"http://evil.example"), HOST])
     assert (await ws.connect())[0] is False
 
@@ -118,19 +104,19 @@ async def test_foreign_origin_is_refused(lab, token):
     b"http://localhost:8000",      # an allowed host, but not the one the page was served from
     b"null",
 ])
-async def test_origin_must_match_scheme_host_and_port(lab, token, origin):
+async def test_origin_must_match_scheme_host_and_port(fake_lab, token, origin):
     ws = communicator(f"?token={token}", headers=[(b"origin", origin), HOST])
     assert (await ws.connect())[0] is False
 
 
-async def test_unknown_websocket_paths_close_with_a_reason(lab, token):
+async def test_unknown_websocket_paths_close_with_a_reason(fake_lab, token):
     ws = communicator(f"?token={token}", path="/ws/nothing-here/")
     assert (await ws.connect())[0] is True
     closed = await ws.receive_output()
     assert closed["code"] == consumers.NO_SUCH_SOCKET and "/ws/lab/" in closed["reason"]
 
 
-async def test_scripts_without_origin_still_need_a_token(lab, token, settings):
+async def test_scripts_without_origin_still_need_a_token(fake_lab, token, settings):
     settings.DASHBOARD_PUBLIC_READ = False
     assert (await communicator(headers=()).connect())[0] is False
     ws = await connected(f"?token={token}", headers=())
@@ -147,7 +133,7 @@ async def test_no_controller_closes_with_lab_unavailable(token, monkeypatch):
     assert (await ws.receive_output())["code"] == consumers.LAB_UNAVAILABLE
 
 
-async def test_a_stale_backlog_is_replaced_by_a_fresh_snapshot(lab, token):
+async def test_a_stale_backlog_is_replaced_by_a_fresh_snapshot(fake_lab, token):
     ws = await connected(f"?token={token}")
     await ws.receive_json_from()
     await bus.publish(events(2, ts=now_ms() - consumers.STALE_AFTER_MS - 1000))
@@ -158,7 +144,7 @@ async def test_a_stale_backlog_is_replaced_by_a_fresh_snapshot(lab, token):
     await ws.disconnect()
 
 
-async def test_a_page_that_falls_behind_gets_a_snapshot_when_it_catches_up(lab, token, monkeypatch):
+async def test_a_page_that_falls_behind_gets_a_snapshot_when_it_catches_up(fake_lab, token, monkeypatch):
     monkeypatch.setattr(consumers, "MAX_UNACKED", 3)
     ws = await connected(f"?token={token}")
     await ws.receive_json_from()
@@ -180,7 +166,7 @@ async def test_a_page_that_falls_behind_gets_a_snapshot_when_it_catches_up(lab, 
     await ws.disconnect()
 
 
-async def test_a_snapshot_on_request(lab, token):
+async def test_a_snapshot_on_request(fake_lab, token):
     ws = await connected(f"?token={token}")
     await ws.receive_json_from()
     await ws.send_json_to({"type": "snapshot"})

@@ -18,13 +18,13 @@ from ..javastr import java_hash
 from ..message_queue import parse_label
 from ..protocol import lab, v2
 from . import messages as M
-from .delay import SCHEDULE_TOPIC, DelayService
+from .delay import DelayService
 from .longpoll import LongPollService
 from .membership import Membership
 from .offsets import OffsetStore
 from .pop import PopService
 from .store import MessageStore, tag_code
-from .topics import DLQ_PREFIX, RETRY_PREFIX, TopicManager, dlq_topic, retry_topic, topic_error
+from .topics import RETRY_PREFIX, TopicManager, dlq_topic, retry_topic, topic_error
 
 log = logging.getLogger(__name__)
 Code = v2.Code
@@ -401,6 +401,3 @@ class BrokerCore:
             self.longpoll.wake_all()
         for listener in self.broker_listeners:
             listener(broker, online)
-
-    def is_system_topic(self, topic: str) -> bool:
-        return topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or topic == SCHEDULE_TOPIC

@@ -9,9 +9,10 @@ file, so offsets and the pop state that depends on them are always persisted tog
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Callable
+
+from ..atomic import write_json
 
 
 class OffsetStore:
@@ -44,12 +45,7 @@ class OffsetStore:
     def persist(self):
         rows = [[g, t, b, q, off] for g, qs in self.offsets.items() for (t, b, q), off in qs.items()]
         sections = {name: dump() for name, (dump, _) in self._sections.items()}
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"offsets": rows, "sections": sections}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json(self.path, {"offsets": rows, "sections": sections})
         self.dirty = False
 
     # ------------------------------------------------------------------------

@@ -11,11 +11,11 @@ topic and are ignored when the consume queues are rebuilt.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic import write_json
 from ..javastr import java_key
 
 # RocketMQ's TopicValidator: ^[%|a-zA-Z0-9_-]+$, at most 127 characters.
@@ -105,12 +105,7 @@ class TopicManager:
             "brokers": sorted(self.brokers),
             "groups": self.groups,
         }
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json(self.path, data)
 
     # ----------------------------------------------------------------- changes
 

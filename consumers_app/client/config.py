@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 class MessageModel(enum.Enum):
@@ -194,8 +194,3 @@ class ProducerConfig(ClientConfig):
     keys: tuple[str, ...] = ()
     #: How long a broker whose send failed is skipped (the official producer's isolation).
     isolate_broker_ms: int = 5_000
-
-
-def with_overrides(config, **overrides):
-    """Copy of a config dataclass with some fields changed (unknown names raise)."""
-    return replace(config, **overrides)

@@ -18,7 +18,6 @@ from ..protocol import lab, lab_grpc, v2, v2_grpc
 from .faults import NetworkCut
 
 CODE_OK = v2.Code.OK
-CODE_TOO_MANY_REQUESTS = v2.Code.TOO_MANY_REQUESTS
 CODE_NOT_FOUND = {v2.Code.NOT_FOUND, v2.Code.TOPIC_NOT_FOUND, v2.Code.OFFSET_NOT_FOUND,
                   v2.Code.CONSUMER_GROUP_NOT_FOUND, v2.Code.MESSAGE_NOT_FOUND}
 
@@ -46,10 +45,6 @@ class BrokerError(Exception):
         super().__init__(f"{code} {message}".strip())
         self.code = code
         self.message = message
-
-    @property
-    def is_flow_control(self) -> bool:
-        return self.code == CODE_TOO_MANY_REQUESTS
 
     @property
     def is_not_found(self) -> bool:

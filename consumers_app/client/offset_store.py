@@ -19,6 +19,7 @@ import logging
 import os
 from pathlib import Path
 
+from ..atomic import write_json
 from ..message_queue import MessageQueue
 from ..protocol import lab, v2_service
 from .connection import BrokerError, check, resource, v2_queue
@@ -190,9 +191,8 @@ class LocalFileOffsetStore(OffsetStore):
         rows = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
                 for mq, off in sorted(self._stored.items())]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"offsetTable": rows}, indent=1))
-        os.replace(tmp, self.path)  # write-then-rename, as RocketMQ's MixAll.string2File
+        # write-then-rename, as RocketMQ's MixAll.string2File (no fsync: rewritten every few seconds)
+        write_json(self.path, {"offsetTable": rows}, durable=False, indent=1)
 
     def remove_offset(self, mq: MessageQueue) -> None:
         # Broadcasting keeps its file entry: the queue is still ours next time.

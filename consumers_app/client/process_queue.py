@@ -120,9 +120,6 @@ class ProcessQueue:
             return 0
         return self.last_offset() - self.first_offset()
 
-    def has_temp_message(self) -> bool:
-        return bool(self.msgs)
-
     def clear(self) -> None:
         self.msgs.clear()
         self._order.clear()

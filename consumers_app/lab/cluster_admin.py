@@ -113,10 +113,6 @@ class ClusterAdmin:
         """The cluster's brokers, in RocketMQ's order."""
         return sorted(await self.cluster.brokers(), key=java_key)
 
-    async def has_topic(self, topic: str) -> bool:
-        queues, _ = await self._route(topic)
-        return bool(queues)
-
     async def _within(self, timeout, call):
         return await asyncio.wait_for(call, timeout) if timeout is not None else await call
 

@@ -28,20 +28,6 @@ The lab controller owns a Recorder and feeds it from its own once-a-tick offset 
     recorder.add_event(event)                # every event it hears (consumers_app.events)
     recorder.add_snapshot(snapshot_rows(group, ts, GetQueueOffsets(group=G).queues, holders))
 
-``BrokerSampler`` does the same polling on its own, for recording without a lab::
-
-    sampler = BrokerSampler(broker_address,  # "host:port" of the broker's LabAdmin service
-                            recorder,
-                            groups,          # callable () -> iterable of group names (may be async)
-                            consumer_state,  # callable (group) -> {"BROKER:QID": {"owner": client_id,
-                                             #   "cached_count": n, "cached_bytes": n}} (may be async;
-                                             #   "TOPIC@BROKER:QID" keys win over "BROKER:QID")
-                            interval=1.0)
-    task = asyncio.create_task(sampler.run())   # samples every interval until stop()
-    ...
-    sampler.stop(); await task                  # the task ends after the tick in progress
-    recorder.close()                            # writes what is buffered
-
 Each tick calls ``LabAdmin.GetQueueOffsets(group=G)`` once per group and writes one
 row per queue with one ``ts`` for the whole tick (the job sums a group's queues per
 ``ts``). A group's rows keep only topics it has committed on or holds queues of (the
@@ -49,14 +35,10 @@ broker answers for every topic), so unrelated topics do not show as lag.
 """
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
-import logging
 import os
 import shutil
 import threading
-import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,7 +48,6 @@ import pyarrow.parquet as pq
 
 from consumers_app.events import Event
 
-log = logging.getLogger(__name__)
 
 SNAPSHOTS = "snapshots"
 EVENTS = "events"
@@ -251,68 +232,6 @@ class Recorder:
 
     def __exit__(self, *exc):
         self.close()
-
-
-async def _maybe_await(value):
-    return await value if inspect.isawaitable(value) else value
-
-
-class BrokerSampler:
-    """Samples the broker's queue offsets every ``interval`` s into a Recorder (see module doc)."""
-
-    def __init__(self, broker_address: str, recorder: Recorder, groups, consumer_state,
-                 interval: float = 1.0, timeout: float = 5.0):
-        self.broker_address = broker_address
-        self.recorder = recorder
-        self.groups = groups
-        self.consumer_state = consumer_state
-        self.interval = interval
-        self.timeout = timeout
-        self.ticks = 0
-        self.errors = 0
-        self._stopping = asyncio.Event()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    async def run(self) -> None:
-        import grpc
-
-        from consumers_app.protocol import lab_grpc
-
-        async with grpc.aio.insecure_channel(self.broker_address) as channel:
-            stub = lab_grpc.LabAdminStub(channel)
-            loop = asyncio.get_running_loop()
-            next_tick = loop.time()
-            while not self._stopping.is_set():
-                try:
-                    rows = await self.sample(stub)
-                    if rows:
-                        await asyncio.to_thread(self.recorder.add_snapshot, rows)
-                    self.ticks += 1
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a broker restart must not end the recording
-                    self.errors += 1
-                    log.warning("lag sampler: %s", exc)
-                # Fixed-rate ticks; after a slow tick, skip to the next slot instead of bursting.
-                next_tick = max(next_tick + self.interval, loop.time())
-                try:
-                    await asyncio.wait_for(self._stopping.wait(), next_tick - loop.time())
-                except asyncio.TimeoutError:
-                    pass
-
-    async def sample(self, stub) -> list[dict]:
-        """One tick: a row per queue per group, all with the same ts."""
-        from consumers_app.protocol import lab
-
-        ts = time.time_ns() // 1_000_000
-        rows: list[dict] = []
-        for group in list(await _maybe_await(self.groups())):
-            response = await stub.GetQueueOffsets(lab.QueueOffsetsRequest(group=group), timeout=self.timeout)
-            state = await _maybe_await(self.consumer_state(group)) or {}
-            rows.extend(snapshot_rows(group, ts, response.queues, state))
-        return rows
 
 
 def snapshot_rows(group: str, ts: int, queues, state: dict) -> list[dict]:

@@ -5,7 +5,8 @@ The supervisor listens on an ephemeral 127.0.0.1 port, starts workers as
 (the same as ``manage.py runworker ...``) and gives
 the controller one ``WorkerLink`` per connected worker to send commands through.
 A worker's stream ending (it exited, crashed or was SIGKILLed) is reported once via
-``on_lost(link)``: whatever it hosted is gone.
+``on_lost(link)``: whatever it hosted is gone. Not after ``stop()``: a worker told to shut
+down is not lost (replacing it would start a worker the stop then waits out and kills).
 """
 import asyncio
 import itertools
@@ -84,6 +85,7 @@ class Supervisor(pb_grpc.WorkerHubServicer):
         self._hello: dict[str, asyncio.Future] = {}
         self._ids = itertools.count(1)
         self._server: grpc.aio.Server | None = None
+        self._stopping = False
         self.port = 0
 
     async def start(self) -> None:
@@ -125,7 +127,8 @@ class Supervisor(pb_grpc.WorkerHubServicer):
             if link.connected:
                 link._disconnected()
                 self.links.pop(link.worker_id, None)
-                self.on_lost(link)
+                if not self._stopping:
+                    self.on_lost(link)
 
     # -- processes -----------------------------------------------------------------
 
@@ -157,6 +160,7 @@ class Supervisor(pb_grpc.WorkerHubServicer):
 
     async def stop(self, timeout: float = 15.0) -> None:
         """Ask every worker to shut its clients down, then make sure they exited."""
+        self._stopping = True
         for link in list(self.links.values()):
             try:
                 await link.command("shutdown", timeout=2.0)

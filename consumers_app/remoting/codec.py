@@ -71,10 +71,6 @@ class Command:
         except (TypeError, ValueError):
             raise FrameError(f"header field {name!r} is not a number: {value!r}") from None
 
-    def flag_value(self, name: str) -> bool:
-        value = self.ext.get(name)
-        return value is True or str(value).lower() == "true"
-
 
 def response(request: Command, code: int = 0, remark: str | None = None, ext: dict | None = None,
              body: bytes = b"") -> Command:

@@ -21,6 +21,8 @@ import shutil
 import zlib
 from pathlib import Path
 
+from ...atomic import write_bytes
+
 from .commit_log import HEADER
 from .consume_queue import CQ_ENTRY, ConsumeQueue, QueueKey, _CQFiles, decode_entries, encode_entries
 
@@ -307,12 +309,7 @@ class StoreCheckpoint:
                         _fsync_dir(self.cq_dir)
             body = json.dumps({"version": CHECKPOINT_VERSION, "commitlog": snap.target, "last": snap.last,
                                "file_entries": per_file, "queues": snap.rows}, separators=(",", ":")).encode()
-            tmp = self.checkpoint_path.with_suffix(".tmp")
-            with open(tmp, "wb") as f:
-                f.write(body + b"\n" + str(zlib.crc32(body)).encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.checkpoint_path)
+            write_bytes(self.checkpoint_path, body + b"\n" + str(zlib.crc32(body)).encode() + b"\n")
             _fsync_dir(self.cq_dir)
             self._ckpt_written = snap.seq
             self.checkpoint_pos = snap.target

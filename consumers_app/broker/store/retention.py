@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+from ...atomic import write_json
+
 from .commit_log import Segment
 from .consume_queue import ConsumeQueue
 
@@ -58,12 +60,7 @@ class CleanCommitLogService:
 
     def _save_min_offsets(self, commitlog_min: int, rows: list):
         self.min_offsets_path.parent.mkdir(exist_ok=True)
-        tmp = self.min_offsets_path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"commitlog_min": commitlog_min, "queues": rows}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.min_offsets_path)
+        write_json(self.min_offsets_path, {"commitlog_min": commitlog_min, "queues": rows})
     async def _clean_loop(self):
         """RocketMQ's CleanCommitLogService: a check every 10 s; also woken when a roll or
         a flush finds the log a whole segment over its size bound, so a fast producer
