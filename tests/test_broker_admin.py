@@ -140,6 +140,15 @@ def test_queue_offsets_search_and_pull_batch(stubs):
     assert (q0.min_offset, q0.max_offset, q0.committed_offset) == (0, 15, 4)
     assert q0.oldest_unconsumed_store_ts >= before and q0.inflight == 0
     assert (q1.max_offset, q1.committed_offset, q1.oldest_unconsumed_store_ts) == (0, -1, 0)
+    # Only the queues asked for (a rebalance's few), with the same figures.
+    asked = stubs.admin.GetQueueOffsets(lab.QueueOffsetsRequest(topic="OffsetTopic", group="og",
+                                                                queues=[qref("OffsetTopic", 1)]))
+    assert [(q.queue.queue_id, q.max_offset, q.committed_offset) for q in asked.queues] == [(1, 0, -1)]
+    # A queue the topic does not have, or one of another topic: a clear error.
+    missing = stubs.admin.GetQueueOffsets(lab.QueueOffsetsRequest(topic="OffsetTopic", queues=[qref("OffsetTopic", 7)]))
+    assert missing.status.code == Code.NOT_FOUND and "no queue 7" in missing.status.message and not missing.queues
+    other = stubs.admin.GetQueueOffsets(lab.QueueOffsetsRequest(topic="OffsetTopic", queues=[qref("TopicTest", 0)]))
+    assert other.status.code == Code.BAD_REQUEST and not other.queues
 
     search = stubs.admin.SearchOffset(lab.SearchOffsetRequest(queue=qref("OffsetTopic", 0), timestamp=before))
     assert search.status.code == OK and search.offset == 0

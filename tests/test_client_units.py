@@ -299,9 +299,13 @@ async def test_rebalance_follows_route_changes_with_its_sorted_cache():
     assert impl.assignments == queues[2:4]
 
 
-async def test_fetch_offsets_decodes_only_the_asked_queues():
+async def test_fetch_offsets_asks_and_decodes_only_the_asked_queues():
+    asked = []
+
     class Lab:
         async def GetQueueOffsets(self, req, metadata=None, timeout=None):
+            asked.append([(q.topic, q.broker_name, q.queue_id) for q in req.queues])
+            # answers for the whole topic, as an adapter may: the store still picks its rows
             resp = lab.QueueOffsetsResponse(status=lab.Status(code=20000))
             for i in range(8):
                 resp.queues.add(queue=lab.QueueRef(topic="T", broker_name="b", queue_id=i),
@@ -315,3 +319,5 @@ async def test_fetch_offsets_decodes_only_the_asked_queues():
     assert len(everything) == 8 and everything[q[3]] == (29, 0, 103)
     some = await store.fetch_offsets("T", [q[0], q[3], MessageQueue("T", "other", 3)])
     assert some == {q[0]: (-1, 0, 100), q[3]: (29, 0, 103)}
+    assert asked == [[], [("T", "b", 0), ("T", "b", 3), ("T", "other", 3)]]
+    assert await store.fetch_offsets("T", [MessageQueue("U", "b", 0)]) == {} and len(asked) == 2

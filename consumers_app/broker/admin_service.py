@@ -170,28 +170,47 @@ class LabAdminService(lab_grpc.LabAdminServicer):
         group = request.group
         if group:
             self._group(group)
-        if request.topic:
-            core.require_topic(request.topic)
-            names = [request.topic]
+        if request.queues:
+            keys = self._asked_queues(request)
         else:
-            names = sorted(core.topics.topics)
+            if request.topic:
+                core.require_topic(request.topic)
+                names = [request.topic]
+            else:
+                names = sorted(core.topics.topics)
+            keys = [key for name in names for key in core.topics.queues_of(name, online_only=False)]
         resp = lab.QueueOffsetsResponse(status=status(), ts=int(time.time() * 1000))
-        for name in names:
-            for key in core.topics.queues_of(name, online_only=False):
-                cq = core.store.queue(key)
-                lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
-                committed = core.offsets.get(group, key) if group else -1
-                oldest = 0
-                if group and cq is not None:
-                    first = max(committed, lo) if committed >= 0 else lo
-                    if first < hi:
-                        oldest = cq.store_ts[first]
-                puller, pulled_ms = core.pullers.get((group, *key), ("", 0)) if group else ("", 0)
-                resp.queues.add(queue=qref(key), min_offset=lo, max_offset=hi, committed_offset=committed,
-                                oldest_unconsumed_store_ts=oldest,
-                                inflight=core.pop.inflight_count(group, key) if group else 0,
-                                last_puller=puller, last_pull_ms=pulled_ms)
+        for key in keys:
+            cq = core.store.queue(key)
+            lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
+            committed = core.offsets.get(group, key) if group else -1
+            oldest = 0
+            if group and cq is not None:
+                first = max(committed, lo) if committed >= 0 else lo
+                if first < hi:
+                    oldest = cq.store_ts[first]
+            puller, pulled_ms = core.pullers.get((group, *key), ("", 0)) if group else ("", 0)
+            resp.queues.add(queue=qref(key), min_offset=lo, max_offset=hi, committed_offset=committed,
+                            oldest_unconsumed_store_ts=oldest,
+                            inflight=core.pop.inflight_count(group, key) if group else 0,
+                            last_puller=puller, last_pull_ms=pulled_ms)
         return resp
+
+    def _asked_queues(self, request) -> list[tuple[str, str, int]]:
+        """The queue keys a GetQueueOffsets names, each checked: of ``topic`` (a ref's own
+        topic may be left empty), on a broker that has the topic, in range."""
+        core = self.core
+        keys = []
+        for ref in request.queues:
+            topic = ref.topic or request.topic
+            if request.topic and topic != request.topic:
+                raise BrokerError(Code.BAD_REQUEST, f"queue of topic {topic!r} asked with topic {request.topic!r}")
+            broker = ref.broker_name or core.cfg.default_broker
+            core.require_topic(topic)
+            if not core.topics.has_queue(topic, broker, ref.queue_id):
+                raise BrokerError(Code.NOT_FOUND, f"topic {topic!r} has no queue {ref.queue_id} on broker {broker!r}")
+            keys.append((topic, broker, ref.queue_id))
+        return keys
 
     @guarded(lab.SearchOffsetResponse)
     async def SearchOffset(self, request, context):

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..atomic import write_json
 from ..message_queue import MessageQueue
 from ..protocol import lab, v2_service
-from .connection import BrokerError, check, resource, v2_queue
+from .connection import BrokerError, check, queue_ref, resource, v2_queue
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,17 @@ class RemoteBrokerOffsetStore(OffsetStore):
         return None
 
     async def fetch_offsets(self, topic: str, mqs=None) -> dict[MessageQueue, tuple[int, int, int]]:
-        """One call for every queue of a topic: mq -> (committed or -1, min, max).
+        """One call for the queues of a topic: mq -> (committed or -1, min, max).
 
-        With ``mqs`` only those queues' rows are decoded (the answer covers the whole
-        topic; a rebalance wants a few of its 256 rows).
+        With ``mqs`` only those queues are asked (a rebalance wants a few of 256 rows, and
+        every member of the group asks at the same moment); the answer is still matched
+        row by row, as an adapter may answer for the whole topic.
         """
+        asked = None if mqs is None else [queue_ref(mq) for mq in mqs if mq.topic == topic]
+        if asked == []:
+            return {}
         resp = await self.connection.lab.GetQueueOffsets(
-            lab.QueueOffsetsRequest(topic=topic, group=self.group),
+            lab.QueueOffsetsRequest(topic=topic, group=self.group, queues=asked),
             metadata=self.connection.metadata, timeout=self.timeout_s)
         check(resp.status)
         if mqs is None:

@@ -151,8 +151,9 @@ class PushConsumer(ConsumerBase):
         self.rebalance_service.wakeup()
 
     def emit_assignment(self, reason: str) -> None:
-        self.emit("assignment", topic=self.topic, queues=self.assignments,
-                  retry_queues=[mq for mq in self.rebalance_impl.assignments if mq.topic != self.topic],
+        held = self.rebalance_impl.assignments   # sorted once for both lists
+        self.emit("assignment", topic=self.topic, queues=[mq for mq in held if mq.topic == self.topic],
+                  retry_queues=[mq for mq in held if mq.topic != self.topic],
                   strategy=self.rebalance_impl.strategy.name, reason=reason)
 
     def on_membership_changed(self, change) -> None:

@@ -139,7 +139,7 @@ class RebalanceImpl:
 
     @property
     def assignments(self) -> list[MessageQueue]:
-        return sorted(mq for mq, pq in self.process_queue_table.items() if not pq.dropped)
+        return sorted((mq for mq, pq in self.process_queue_table.items() if not pq.dropped), key=mq_sort_key)
 
     async def do_rebalance(self, reason: str | None = None) -> bool:
         async with self._lock:
@@ -223,7 +223,7 @@ class RebalanceImpl:
                     table.pop(mq, None)
                     removed.append(mq)
         candidates = []
-        for mq in sorted(mine):
+        for mq in sorted(mine, key=mq_sort_key):  # one key per queue, not two per comparison
             if mq in table:
                 continue
             if c.orderly and c.message_model is MessageModel.CLUSTERING and not await c.lock(mq):

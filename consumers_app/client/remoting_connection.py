@@ -362,10 +362,14 @@ class _Lab:
                                      min_offset=answer.number("minOffset", 0), max_offset=answer.number("maxOffset", 0))
 
     async def GetQueueOffsets(self, request, metadata=(), timeout=None):
-        """Committed, min and max offset of every queue of the topic (three requests each,
-        as a Java client's computePullFromWhere asks them one by one)."""
+        """Committed, min and max offset of every queue of the topic, or of the ones
+        ``request.queues`` names (three requests each, as a Java client's
+        computePullFromWhere asks them one by one)."""
         topic, group = request.topic, request.group
         queues = await self.c.route(topic) or []
+        if request.queues:
+            asked = {(q.broker_name, q.queue_id) for q in request.queues}
+            queues = [q for q in queues if (q[0], q[1]) in asked]
 
         async def one(broker: str, qid: int) -> lab.QueueOffsets | None:
             ext = {"topic": topic, "queueId": qid}
