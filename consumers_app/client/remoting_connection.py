@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 
 from ..protocol import lab, v2, v2_service
@@ -60,6 +61,9 @@ class RemotingConnection:
         self.metadata = ()            # gRPC call metadata: nothing to carry here
         self.closed = False
         self.brokers: dict[str, str] = {}          # broker name -> master address (from routes)
+        # topic -> the brokers its last route named (topicRouteTable's brokerDatas): unlike
+        # ``brokers``, a broker that went offline leaves it at the next route refresh.
+        self.route_brokers: dict[str, list[str]] = {}
         self._clients: dict[str, RemotingClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
         self._notices: dict[str, asyncio.Event] = {}   # group -> woken by NOTIFY_CONSUMER_IDS_CHANGED
@@ -104,11 +108,14 @@ class RemotingConnection:
         """(broker, queue id, perm) of the topic's queues; None when the name server has no route."""
         answer = await self.ask(self.namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         if answer.code == wire.TOPIC_NOT_EXIST:
+            self.route_brokers.pop(topic, None)
             return None
         if answer.code != wire.SUCCESS:
             raise _failed(answer)
         route = wire.loads(answer.body) or {}
-        self.brokers.update(route_masters(route))
+        masters = route_masters(route)
+        self.brokers.update(masters)
+        self.route_brokers[topic] = list(masters)
         return [(q["brokerName"], i, int(q.get("perm", wire.PERM_READ_WRITE)))
                 for q in route.get("queueDatas") or () for i in range(int(q.get("readQueueNums", 0)))]
 
@@ -294,11 +301,24 @@ class _Lab:
     def __init__(self, conn: RemotingConnection):
         self.c = conn
 
+    def _route_broker(self, topic: str) -> str | None:
+        names = self.c.route_brokers.get(topic)
+        return self.c.brokers[random.choice(names)] if names else None
+
     async def _members(self, group: str) -> list[str]:
-        if not self.c.brokers:
-            await self.c.every_broker(wire.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-        # Java asks one broker (findBrokerAddrByTopic); every broker knows the whole group.
-        address = sorted(self.c.brokers.values())[0]
+        # findConsumerIdList -> findBrokerAddrByTopic: any broker of the subscribed topic's
+        # current route (every broker knows the whole group), picked at random, the route
+        # fetched first if there is none yet. Not any broker ever seen: one taken offline
+        # stays in ``brokers`` but leaves the route, so the survivors still get their list.
+        topic = getattr(self.c.owner, "topic", None)
+        if not topic:
+            raise BrokerError(v2.Code.BAD_REQUEST, f"no subscribed topic to find {group}'s members by")
+        address = self._route_broker(topic)
+        if address is None:
+            await self.c.route(topic)
+            address = self._route_broker(topic)
+        if address is None:
+            raise BrokerError(v2.Code.NOT_FOUND, f"no broker in the route of {topic}")
         answer = await self.c.ask(address, wire.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         if answer.code != wire.SUCCESS:
             # A 5.3 broker answers SYSTEM_ERROR for a group with no member: no list, which

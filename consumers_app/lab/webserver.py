@@ -9,6 +9,12 @@ import logging
 
 log = logging.getLogger(__name__)
 
+# Connections the kernel holds for daphne until it accepts them. Twisted's default is 50:
+# a page's scripts, 20 open websockets and a script's 400 requests at once overflow it, and
+# the overflowed connections wait out SYN retries, or are reset when the queue stays full.
+# The kernel caps it at net.core.somaxconn (4096 on current Linux).
+LISTEN_BACKLOG = 1024
+
 
 def run_web(host: str, port: int, *, on_start=None, on_stop=None, verbosity: int = 0) -> bool:
     """Serve ``settings.ASGI_APPLICATION`` on host:port until stopped.
@@ -21,7 +27,7 @@ def run_web(host: str, port: int, *, on_start=None, on_stop=None, verbosity: int
     from daphne.server import Server
     from twisted.internet import defer, reactor
 
-    server = Server(get_default_application(), endpoints=[f"tcp:port={port}:interface={host}"],
+    server = Server(get_default_application(), endpoints=[f"tcp:port={port}:interface={host}:backlog={LISTEN_BACKLOG}"],
                     signal_handlers=True, verbosity=verbosity)
     outcome = {"ok": True}
 
