@@ -28,8 +28,7 @@ import requests  # noqa: E402
 
 from dashboard.lag.service import tree_cpu_seconds  # noqa: E402
 from tests.support import free_port, manage_py  # noqa: E402
-from tests.test_lab_runlab import children_of, migrated_env, start_lab  # noqa: E402
-from tests.test_lag_fresh import newest_complete_window  # noqa: E402
+from tests.runlab import children_of, migrated_env, newest_complete_window, start_lab  # noqa: E402
 
 
 def lag_service_pid(root: int) -> int | None:

@@ -21,7 +21,7 @@ from dashboard.lag.job import TABLE_HAS_RES, JobParams, LagJob
 from dashboard.lag.stream import LagStream
 from dashboard.lag.tail import KEYS
 
-from . import test_lag_job as scenario
+from . import lag_scenario as scenario
 
 pytestmark = pytest.mark.spark
 

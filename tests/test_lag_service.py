@@ -1,0 +1,59 @@
+"""The lag service's pacing (dashboard/lag/service.py), without Spark: a pass waits for a
+new snapshot slice, and never comes sooner than the CPU budget allows."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from dashboard.lag import service as service_module
+from dashboard.lag.job import JobParams, JobResult
+from dashboard.lag.service import LagService
+
+
+class FakeStream:
+    def __init__(self, cost_s: float, clock: dict):
+        self.cost_s, self.clock, self.passes = cost_s, clock, 0
+
+    def run(self, params):
+        self.passes += 1
+        self.clock["cpu"] += self.cost_s
+        return JobResult("done", new_files=1)
+
+
+def make_service(tmp_path, monkeypatch, cost_s: float, budget: float):
+    clock = {"cpu": 0.0}
+    monkeypatch.setattr(service_module, "tree_cpu_seconds", lambda pid: clock["cpu"])
+    job = SimpleNamespace(out=tmp_path / "lag", recordings=tmp_path / "recordings",
+                          load_state=lambda: {"stream": {"newest": 1_000}})
+    (tmp_path / "lag").mkdir()
+    service = LagService(job, JobParams, period_s=30.0, watch_s=0.01, cpu_budget=budget, max_pace_s=60.0)
+    service.stream = FakeStream(cost_s, clock)
+    return service
+
+
+def test_a_pass_is_paced_by_its_cost_over_the_budget(tmp_path, monkeypatch):
+    service = make_service(tmp_path, monkeypatch, cost_s=2.0, budget=0.10)
+    service.pass_once()                      # the first pass: not charged
+    assert service._not_before == 0.0
+    service.pass_once()                      # 2 CPU s at 10 %: the next one 20 s after this one began
+    started = service.cpu.samples[-1][0]
+    assert 19.0 <= service._not_before - started <= 21.0
+    assert service.status["passes"] == 2 and service.status["newest_sample_ts"] == 1_000
+
+
+def test_the_pace_is_capped(tmp_path, monkeypatch):
+    service = make_service(tmp_path, monkeypatch, cost_s=30.0, budget=0.10)
+    service.pass_once()
+    service.pass_once()
+    assert service._not_before - service.cpu.samples[-1][0] <= 60.5   # not 300 s
+
+
+def test_a_new_slice_wakes_the_wait_and_a_stop_ends_it(tmp_path, monkeypatch):
+    service = make_service(tmp_path, monkeypatch, cost_s=0.0, budget=0.10)
+    marks = iter([("a",), ("a",), ("b",)])
+    monkeypatch.setattr(service, "_watched", lambda: next(marks, ("b",)))
+    service.wait_for_recordings()            # returns when the hour dir's mtime changed
+    monkeypatch.setattr(service, "_watched", lambda: ("same",))
+    threading.Timer(0.05, service.stopping.set).start()
+    service.wait_for_recordings()            # returns on the stop, long before period_s
+    assert service.stopping.is_set()
