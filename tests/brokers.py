@@ -17,7 +17,7 @@ from pathlib import Path
 from consumers_app.protocol import lab, v2
 from consumers_app.protocol import v2_service as svc
 
-from .support import free_port, manage_py
+from .support import free_port, free_port_run, manage_py
 
 FAST_BROKER_ARGS = [
     "--min-invisible-ms", "1000", "--revive-interval-ms", "100", "--offset-persist-ms", "200",
@@ -35,9 +35,11 @@ class BrokerProcess:
         self.extra_args = list(extra_args)
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
-        # RocketMQ's remoting protocol too: a name server port, brokers' ports from remoting_port.
+        # RocketMQ's remoting protocol too: a name server port, brokers' ports from remoting_port
+        # (one per logical broker, upward: room for the topics' brokers and two more).
+        brokers = {"broker-a"} | {t.split("@", 1)[1] for t in self.topics if "@" in t}
         self.namesrv_port = free_port() if remoting else None
-        self.remoting_port = free_port() if remoting else None
+        self.remoting_port = free_port_run(len(brokers) + 2) if remoting else None
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
 

@@ -173,8 +173,9 @@ async def async_client(user):
 
 @pytest.fixture(scope="session")
 def browser():
-    """One headless Debian chromium (Playwright's Browser) for the session; its absence
-    skips locally and fails on CI."""
+    """One headless Debian chromium (Playwright's Browser) for the browser lane, which runs
+    last: Playwright's sync API keeps an event loop running in this thread, and Django then
+    refuses database work here. Its absence skips locally and fails on CI."""
     from .browser import chromium, require_chromium
 
     require_chromium()

@@ -59,6 +59,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports (a broker's remoting ports: one per
+    logical broker, upward from the first)."""
+    def bindable(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+
+    for _ in range(100):
+        first = free_port()
+        if first + count <= 65536 and all(bindable(first + i) for i in range(1, count)):
+            return first
+    raise RuntimeError(f"no run of {count} free ports found")
+
+
 def manage_py(*args: str, env: dict | None = None, **popen_kwargs) -> subprocess.Popen:
     """Start ``python manage.py ARGS`` as a child process with stdout piped."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}

@@ -16,7 +16,7 @@ from dashboard.lag.job import JobParams, LagJob, list_recordings
 from consumers_app.lab.recorder import SNAPSHOTS, Recorder
 from dashboard.lag.reports import CSV_COLUMNS
 
-from .browser import screenshot
+from .browser import chromium, require_chromium, screenshot
 from .lag_scenario import (GROUP, HANDOFF_AT, QUEUES, REWOUND, SECONDS, STALLED, T0, assert_queue_windows, expected,
                            queue_rows, record, to_ms)
 from .support import manage_py, wait_until
@@ -250,31 +250,36 @@ def test_two_ranges_side_by_side_in_every_format(web):
 
 
 @pytest.mark.browser
-def test_the_history_page_compares_around_the_last_switch_in_a_browser(lag_runs, live_server, settings, browser):
+def test_the_history_page_compares_around_the_last_switch_in_a_browser(lag_runs, live_server, settings):
     """Debian's chromium on the history page: the switch is drawn, and "around the last
-    switch" fills both ranges and shows them side by side (the same figures as the report)."""
+    switch" fills both ranges and shows them side by side (the same figures as the report).
+    Its own chromium, closed within the test: Playwright's sync API keeps an event loop
+    running in this thread, and Django refuses database work (the test database's flush at
+    teardown) while it does."""
     from playwright.sync_api import expect
 
+    require_chromium()
     settings.DATA_DIR = lag_runs["dir"]
     settings.DASHBOARD_PUBLIC_READ = True
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"{live_server.url}/history/")
-    page.wait_for_function("() => document.querySelector('#chart-queue-lag .main-svg') !== null", timeout=30_000)
-    expect(page.locator("#chart-queue-lag")).to_contain_text("strategy AVG_BY_CIRCLE")
-    page.click("#h-around-switch")
-    table = page.locator('#h-compare-result [data-role="compare"]')
-    expect(table).to_be_visible(timeout=15_000)
-    expect(page.locator("#h-a-to")).to_have_value(re.compile(r"^2026-01-01T10:59(:00)?$"))   # the switch's second
-    report = web_compare(live_server.url, page)
-    b = report["ranges"][1]
-    for figure in ("queues_moved", "duplicates", "strategy_switches"):
-        expect(table.locator(f'tr[data-figure="{figure}"] td[data-range="b"]')).to_have_text(str(b[figure]))
-    assert (b["queues_moved"], b["duplicates"], b["strategy_switches"]) == (2, 15, 1)
-    screenshot(page, "history-compare", full_page=True)
-    page.close()
-    assert errors == []
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{live_server.url}/history/")
+        page.wait_for_function("() => document.querySelector('#chart-queue-lag .main-svg') !== null", timeout=30_000)
+        expect(page.locator("#chart-queue-lag")).to_contain_text("strategy AVG_BY_CIRCLE")
+        page.click("#h-around-switch")
+        table = page.locator('#h-compare-result [data-role="compare"]')
+        expect(table).to_be_visible(timeout=15_000)
+        expect(page.locator("#h-a-to")).to_have_value(re.compile(r"^2026-01-01T10:59(:00)?$"))   # the switch's second
+        report = web_compare(live_server.url, page)
+        b = report["ranges"][1]
+        for figure in ("queues_moved", "duplicates", "strategy_switches"):
+            expect(table.locator(f'tr[data-figure="{figure}"] td[data-range="b"]')).to_have_text(str(b[figure]))
+        assert (b["queues_moved"], b["duplicates"], b["strategy_switches"]) == (2, 15, 1)
+        screenshot(page, "history-compare", full_page=True)
+        page.close()
+        assert errors == []
 
 
 def web_compare(base: str, page) -> dict:
