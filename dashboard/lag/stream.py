@@ -33,6 +33,8 @@ named in ``_state.json``'s ``skipped`` (the history page says so); it never stop
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import time
 import uuid
@@ -99,9 +101,11 @@ class LagStream:
                 job.save_state(state)
             return JobResult("nothing-new" if any(files.values()) else "no-recordings")
         spans, bad = self._inspect(new)
-        if bad:   # never read again; named on the history page
+        if bad:   # set aside (no job lists them again) and named on the history page
             for kind, rel, why in bad:
-                state["processed"][kind].add(rel)
+                path = job.recordings / rel
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(path, path.with_name(f".unreadable-{path.name}"))
             state["skipped"] = (state.get("skipped", []) + [{"file": f"{kind}/{rel}", "reason": why}
                                                            for kind, rel, why in bad])[-SKIPPED_KEPT:]
             job.save_state(state)

@@ -172,15 +172,19 @@ def seal(out: Path, name: str, before_ms: int) -> list[Path]:
 def dataset(out: Path, name: str, partitioning) -> ds.Dataset | None:
     """One pyarrow dataset of table ``name`` as readers see it (see effective_files)."""
     main_files, tail_files = effective_files(out, name)
-    parts = []
-    for root, files in ((Path(out) / name, main_files), (tail_of(out, name), tail_files)):
-        if files:
-            parts.append(ds.dataset(files, format="parquet", partitioning=partitioning,
-                                    partition_base_dir=str(root.resolve())))
-    if not parts:
+    sources = [(root, files) for root, files in ((Path(out) / name, main_files), (tail_of(out, name), tail_files))
+               if files]
+    if not sources:
         return None
-    if len(parts) == 1:
-        return parts[0]
+
+    def part(root: Path, files: list[str], schema=None):
+        return ds.dataset(files, format="parquet", partitioning=partitioning, schema=schema,
+                          partition_base_dir=str(root.resolve()))
+
+    if len(sources) == 1:
+        return part(*sources[0])
     # The tail's files come from the stream's Arrow rows, the table's from Spark's writer:
-    # same columns and types, possibly other nullability flags.
-    return ds.dataset([parts[0], parts[1].replace_schema(parts[0].schema)])
+    # same columns and types, other nullability flags - read both as nullable.
+    first = part(*sources[0])
+    schema = pa.schema([f.with_nullable(True) for f in first.schema])
+    return ds.dataset([part(root, files, schema) for root, files in sources])
