@@ -157,6 +157,11 @@ def decode_batch(raw: bytes) -> list[tuple[bytes, dict, int]]:
     return out
 
 
+def offset_message_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
+    """MessageDecoder.createMessageId: store host, port and commit-log offset in hex."""
+    return (ipv4(store_host[0]) + struct.pack(">iq", store_host[1], commit_log_offset)).hex().upper()
+
+
 # ---------------------------------------------------------------- JSON dialect
 
 def dumps(value) -> bytes:
