@@ -9,17 +9,18 @@ import pytest
 from playwright.sync_api import expect
 
 from .support import wait_until
-from .test_browser_live import GROUP, browser, lab, screenshot  # noqa: F401 - the same lab and browser fixtures
+from .browser import screenshot
+from .test_browser_live import GROUP, lab_url  # noqa: F401 - the same kind of lab (a module of its own)
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def page(lab, browser):  # noqa: F811 - the fixtures imported above
+def page(lab_url, browser):  # noqa: F811 - lab_url imported above, browser the session's (conftest)
     page = browser.new_page(viewport={"width": 1600, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(f"{exc}\n{exc.stack}"))
-    page.goto(lab)
+    page.goto(lab_url)
     page.wait_for_url(re.compile(r"/$"))
     expect(page.locator("#ws-status")).to_have_attribute("data-state", "live", timeout=20_000)
     yield page
