@@ -249,7 +249,7 @@
   }
 
   // Files the lag job has not read yet: news only when no service reads them as they come
-  // (next to "live: new windows every ~10 s" it would contradict it).
+  // (next to "live: ..." it would contradict it).
   let unprocessed = 0, serviceLive = false;
   function showPending() {
     $("h-pending").textContent = unprocessed && !serviceLive ? unprocessed + " recording file(s) not processed yet" : "";
@@ -267,7 +267,7 @@
     showPending();
     const el = $("h-service");
     el.textContent = service.paused ? "history paused: " + service.paused
-      : service.state === "running" ? "live: new windows every ~10 s" : "";
+      : service.state === "running" ? "live: the lag service folds new recordings in as they come" : "";
     el.className = service.paused ? "error" : "hint";
   }
 
