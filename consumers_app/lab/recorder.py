@@ -193,15 +193,18 @@ class Recorder:
             for row in rows:
                 buffers.setdefault(slice_of(row["ts"]), []).append(row)
             newest = max(slice_of(row["ts"]) for row in rows)
-            if kind == SNAPSHOTS and self.tick_ms and max(row["ts"] for row in rows) + self.tick_ms >= newest + ROLL_MS:
-                newest += ROLL_MS   # the slice's last tick: it is complete
             self._newest_slice = newest if self._newest_slice is None else max(self._newest_slice, newest)
+            # The slice's last tick: it is complete now (rows of it that still come, events of
+            # its last second, wait for the usual roll: one more file, not one each).
+            complete = (kind == SNAPSHOTS and self.tick_ms
+                        and max(row["ts"] for row in rows) + self.tick_ms >= newest + ROLL_MS)
             # Roll: a slice is complete once a later slice shows up in either kind (the
             # once-a-second snapshots roll the sparse events); a full buffer is written
             # early so memory stays bounded whatever the rate.
             for buffered_kind, kind_buffers in self._buffers.items():
                 for start in sorted(kind_buffers):
-                    if start < self._newest_slice or len(kind_buffers[start]) >= self.max_rows:
+                    if (start < self._newest_slice or len(kind_buffers[start]) >= self.max_rows
+                            or (complete and start <= newest)):
                         self._write(buffered_kind, start, kind_buffers.pop(start))
 
     def flush(self) -> None:
