@@ -67,3 +67,28 @@ def test_sampler_rows_keep_the_groups_topics_and_merge_consumer_state():
     rows = snapshot_rows("G", 99, queues, {"broker-a:1": {"owner": "c2", "cached_count": 3, "cached_bytes": 9}})
     assert [(r["topic"], r["queue_id"], r["consumer_offset"], r["owner"], r["cached_count"]) for r in rows] == [
         ("T", 0, 4, None, 0), ("T", 1, -1, "c2", 3)]
+
+
+def test_with_its_tick_a_slice_is_written_at_its_last_tick_and_late_events_in_one_more_file(tmp_path):
+    from consumers_app.events import event_from_dict
+
+    t0 = 1_767_265_080_000   # a minute's start
+    recorder = Recorder(tmp_path, tick_ms=1000)
+
+    def files():
+        return sorted(tmp_path.rglob("*.parquet"))
+
+    for second in range(10):
+        recorder.add_snapshot([{"ts": t0 + second * 1000 + 5, "group": "G", "topic": "T", "broker": "b",
+                                "queue_id": 0, "broker_min_offset": 0, "broker_max_offset": 1, "consumer_offset": 0}])
+        if second == 8:
+            assert files() == [], "not before its last tick"
+    assert len(files()) == 1, "the slice's snapshots, right after its last tick"
+    for k in range(3):   # events of the slice's last second, after its file
+        recorder.add_event(event_from_dict({"ts": t0 + 9_300 + k * 200, "type": "fault", "group": "G",
+                                            "client_id": "c", "fault": "x"}))
+    assert len(files()) == 1, "they wait for the roll"
+    recorder.add_snapshot([{"ts": t0 + 10_005, "group": "G", "topic": "T", "broker": "b", "queue_id": 0,
+                            "broker_min_offset": 0, "broker_max_offset": 1, "consumer_offset": 0}])
+    assert len(files()) == 2, "one more file for all three"
+    recorder.close()
