@@ -188,7 +188,7 @@ CHILD = textwrap.dedent("""
                      for j in range(i, i + 1 + i % 7)]
             store.append(batch)
             i += len(batch)
-            await asyncio.sleep(0.0005 * (i % 3))
+            await asyncio.sleep(0.0005 * (i % 3))  # noqa: sleep-ok - paces a writer that is killed mid-write
 
     asyncio.run(main(sys.argv[1]))
 """)
