@@ -69,6 +69,12 @@ def record_slice(recorder, first: int, last: int, late: list[dict]) -> None:
     recorder.flush()
 
 
+def streaming_into(data, spark):
+    """A job, its stream and a recorder over ``data``, and the list late events wait in."""
+    job = LagJob(data / "recordings", data / "lag", spark=spark)
+    return job, LagStream(job), Recorder(data / "recordings"), []
+
+
 @pytest.fixture(scope="module")
 def streamed(tmp_path_factory, spark):
     data = tmp_path_factory.mktemp("stream")
@@ -149,10 +155,7 @@ def test_a_corrupt_recording_is_skipped_and_named(tmp_path, spark):
 
 def test_after_a_batch_run_the_stream_builds_its_state_again(tmp_path, spark):
     data = tmp_path
-    job = LagJob(data / "recordings", data / "lag", spark=spark)
-    stream = LagStream(job)
-    recorder = Recorder(data / "recordings")
-    late: list[dict] = []
+    job, stream, recorder, late = streaming_into(data, spark)
     for first in range(0, 90, 10):
         record_slice(recorder, first, first + 10, late)
     job.run(PARAMS)                      # the backfill: everything so far by the batch
@@ -189,10 +192,7 @@ def test_a_pass_killed_midway_loses_and_doubles_nothing(tmp_path, spark, crash_a
     from .support import REPO
 
     data = tmp_path
-    job = LagJob(data / "recordings", data / "lag", spark=spark)
-    stream = LagStream(job)
-    recorder = Recorder(data / "recordings")
-    late: list[dict] = []
+    job, stream, recorder, late = streaming_into(data, spark)
     for first in range(0, 60, 10):
         record_slice(recorder, first, first + 10, late)
         assert stream.run(PARAMS).state == "done"
