@@ -23,7 +23,11 @@ from dashboard.lag.tail import KEYS
 
 from . import lag_scenario as scenario
 
-pytestmark = pytest.mark.spark
+pytestmark = [
+    pytest.mark.spark,
+    # The module fixture streams 5 minutes a slice at a time (30 passes, then a batch): minutes on 2 cores.
+    pytest.mark.timeout(1800),
+]
 
 PARAMS = JobParams()
 
