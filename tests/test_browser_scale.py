@@ -277,7 +277,7 @@ def peer_lab() -> FakeLab:
 
 
 def test_a_long_client_id_is_shortened_and_the_matrix_stays_in_its_card(browser, tmp_path_factory):
-    with fake_lab_server("peer", tmp_path_factory.mktemp("peer")) as url, \
+    with fake_lab_server("peer", tmp_path_factory.mktemp("peer"), __name__) as url, \
             logged_in_page(browser, url, 1600, 900) as page:
         label = page.locator(f'{VIEW} tr[data-consumer="{PEER_ID}"] .cid')
         expect(label).to_have_attribute("title", PEER_ID)
