@@ -463,13 +463,13 @@ def _with_partitions(df, start_ms_col: str = "ws", res_ms: int | None = None, re
     from pyspark.sql import functions as F
 
     start = F.timestamp_millis(F.col(start_ms_col))
-    df = df.withColumn("window_start", start)
+    columns = {"window_start": start}
     if res_ms is not None:
-        df = df.withColumn("window_end", F.timestamp_millis(F.col(start_ms_col) + F.lit(res_ms)))
-    df = df.withColumn("date", F.date_format(start, "yyyy-MM-dd")).withColumn("hour", F.date_format(start, "HH"))
+        columns["window_end"] = F.timestamp_millis(F.col(start_ms_col) + F.lit(res_ms))
+    columns.update(date=F.date_format(start, "yyyy-MM-dd"), hour=F.date_format(start, "HH"))
     if res is not None:
-        df = df.withColumn("res", F.lit(res))
-    return df.drop(start_ms_col)
+        columns["res"] = F.lit(res)
+    return df.withColumns(columns).drop(start_ms_col)   # one step: each is analysed on its own
 
 
 def enrich(snapshots):
@@ -481,16 +481,17 @@ def enrich(snapshots):
     lag = F.greatest(F.lit(0).cast("long"), F.col("broker_max_offset") - base)
     oldest = F.col("oldest_unconsumed_store_ts")
     time_lag = F.when((lag > 0) & (oldest > 0), F.greatest(F.lit(0).cast("long"), F.col("ts") - oldest)).otherwise(F.lit(0).cast("long"))
-    return snapshots.withColumn("lag", lag).withColumn("time_lag", time_lag)
+    return snapshots.withColumns({"lag": lag, "time_lag": time_lag})
 
 
-def aggregate_samples(snapshots):
+def aggregate_samples(snapshots, shuffle: bool = True):
     """The one pass over the raw samples: per queue and 10-s window (``_kind`` "q") and,
     from the same shuffled rows, per queue, owner and minute (``_kind`` "o").
 
     Everything windowed per queue is merged up from the "q" rows (exact p95 included: the
     window's lags are carried as an array); the owner windows are the "o" rows. One plan
-    (a union) so the samples are scanned and shuffled once for both."""
+    (a union) so the samples are scanned and shuffled once for both. ``shuffle=False`` for
+    samples already in one partition (a stream pass's)."""
     from pyspark.sql import functions as F
 
     # Shuffle the (projected) samples by queue once, before aggregating: every later step
@@ -499,7 +500,9 @@ def aggregate_samples(snapshots):
     # final aggregation, without a partial one (ObjectHashAggregate's partial buffers and
     # their serialization cost more than shuffling the raw columns).
     raw = snapshots.select("ts", *QUEUE_KEYS, "owner", "broker_min_offset", "broker_max_offset",
-                           "consumer_offset", "oldest_unconsumed_store_ts").repartition(*QUEUE_KEYS)
+                           "consumer_offset", "oldest_unconsumed_store_ts")
+    if shuffle:
+        raw = raw.repartition(*QUEUE_KEYS)
     s = enrich(raw)
     ts = F.col("ts")
     # max_by per primitive column, not over one struct: cheaper aggregation buffers; the
@@ -560,7 +563,7 @@ def queue_points(samples, p: JobParams):
 
     ten = samples.filter(F.col("_kind") == "q").select(*QUEUE_KEYS, "ws", "last", "first", "max_lag", "sum_lag",
                                                        "samples", "lags", "max_time_lag_ms")
-    ten = ten.withColumn("consumer_offset", F.col("last.consumer_offset")).withColumn("lag", F.col("last.lag"))
+    ten = ten.withColumns({"consumer_offset": F.col("last.consumer_offset"), "lag": F.col("last.lag")})
     return status_rules.add_status(ten, QUEUE_KEYS, p.status_window_ms, p.stop_after_ms)
 
 

@@ -38,6 +38,10 @@ BASE_CONF = {
     "spark.sql.parquet.compression.codec": "zstd",
     # Standard Parquet timestamps (not INT96): pyarrow/pandas read them as UTC timestamps.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # PySpark otherwise records the Python call site of every column function for error
+    # messages: three JVM round trips and a stack walk per call, thousands per plan - most of
+    # what building a lag-stream pass's plan cost (bench/lag_stream_pass.py).
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

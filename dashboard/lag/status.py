@@ -63,15 +63,17 @@ def add_status(points, keys: list[str], window_ms: int = DEFAULT_WINDOW_MS,
         return F.max(F.when(flag, ws)).over(running)
 
     prev_co, prev_lag = F.lag("consumer_offset").over(ordered), F.lag("lag").over(ordered)
-    points = (points
-              .withColumn("_prev_ws", F.lag("ws").over(ordered))
-              .withColumn("_first_ws", F.lag("ws", full_points - 1).over(ordered))
-              .withColumn("_first_lag", F.lag("lag", full_points - 1).over(ordered))
-              .withColumn("_stop_first_ws", F.lag("ws", stop_points - 1).over(ordered))
-              .withColumn("_rewind_ws", last_ws((co >= 0) & (prev_co >= 0) & (co < prev_co)))
-              .withColumn("_lag_down_ws", last_ws(lag < prev_lag))
-              .withColumn("_co_change_ws", last_ws(co != prev_co))
-              .withColumn("_zero_ws", last_ws(lag == 0)))
+    # One withColumns, not a chain: each DataFrame step is analysed on its own.
+    points = points.withColumns({
+        "_prev_ws": F.lag("ws").over(ordered),
+        "_first_ws": F.lag("ws", full_points - 1).over(ordered),
+        "_first_lag": F.lag("lag", full_points - 1).over(ordered),
+        "_stop_first_ws": F.lag("ws", stop_points - 1).over(ordered),
+        "_rewind_ws": last_ws((co >= 0) & (prev_co >= 0) & (co < prev_co)),
+        "_lag_down_ws": last_ws(lag < prev_lag),
+        "_co_change_ws": last_ws(co != prev_co),
+        "_zero_ws": last_ws(lag == 0),
+    })
 
     def none_since(col, lo):
         """no point at or after ``lo`` had the event (``col`` = the last point that had it)"""

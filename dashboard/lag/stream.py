@@ -39,7 +39,6 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -79,6 +78,9 @@ class LagStream:
         self.job = job
         self.out = job.out
         self.max_span_ms = max_span_ms
+        # The state tables' Spark schemas, from the plan that wrote them: a read given its
+        # schema starts no Spark job (inferring it from the Parquet footer does, per table).
+        self._state_schemas: dict = {}
 
     # -- one pass -------------------------------------------------------------------
 
@@ -116,8 +118,11 @@ class LagStream:
         stream = self._valid_stream(state)
         if stream is None:
             stream = self._build_state(state, files, reach, p)
-        lows = {kind: min((spans[kind][rel][0] for rel in new[kind]), default=None) for kind in new}
-        lo = min(v for v in lows.values() if v is not None)
+        # Where each kind's new rows start changing tables: None for event files with only
+        # events no table is made of (a steady lab's consume and process-queue events).
+        lows = {kind: min((spans[kind][rel][3] for rel in new[kind] if spans[kind][rel][3] is not None),
+                          default=None) for kind in new}
+        lo = min(spans[kind][rel][0] for kind in new for rel in new[kind])
         hi = max(spans[kind][rel][1] for kind in new for rel in new[kind])
         lower = stream["lower"]
         too_late = lower is not None and (
@@ -126,15 +131,16 @@ class LagStream:
         if too_late or hi - lo > self.max_span_ms:
             # Not a stream step: the batch folds them in; the state is built again next pass.
             return job.run_locked(p)
-        return self._fold(state, stream, new, lows, hi, reach, p, spans)
+        return self._fold(state, stream, new, lows, (lo, hi), reach, p, spans)
 
-    def _fold(self, state, stream, new, lows, hi, reach: Reach, p: JobParams, spans) -> JobResult:
+    def _fold(self, state, stream, new, lows, span, reach: Reach, p: JobParams, spans) -> JobResult:
         job = self.job
         spark = job.spark
+        lo, hi = span
         newest = max(stream["newest"] or hi, hi)
         keep_from = newest - reach.horizon_ms
         frames = fold_plan(spark, job, new, self._state_frames(spark, stream), lows, keep_from, p)
-        result = collect(frames)
+        result = self._collect(frames)
         windows = {}
         for table, has_res in TABLE_HAS_RES.items():
             rows = result.get(table)
@@ -159,7 +165,7 @@ class LagStream:
         newest_day = state["last_ts"]
         job.prune_history(int(p.history_days * 86_400_000), newest_day)
         rows_read = sum(spans[kind][rel][2] for kind in new for rel in new[kind])
-        return JobResult("done", range_ms=(min(v for v in lows.values() if v is not None), hi),
+        return JobResult("done", range_ms=(lo, hi),
                          new_files=sum(len(v) for v in new.values()), files_read=sum(len(v) for v in new.values()),
                          rows_read=rows_read, windows=windows)
 
@@ -191,7 +197,7 @@ class LagStream:
                     for kind in processed}
             frames = fold_plan(self.job.spark, self.job, read, self._state_frames(self.job.spark, None),
                                {SNAPSHOTS: None, EVENTS: None}, keep_from, p)
-            result = collect(frames)
+            result = self._collect(frames)
             stream.update(state=self._save_state_tables(result), newest=newest, lower=keep_from)
         state["stream"] = stream
         self.job.save_state(state)
@@ -201,8 +207,18 @@ class LagStream:
         """The state tables as DataFrames (empty ones, with the right columns, when none)."""
         if stream and stream.get("state"):
             base = self.out / STREAM_DIR / stream["state"]
-            return {name: spark.read.parquet(str(base / f"{name}.parquet")) for name in STATE_TABLES}
+            frames = {}
+            for name in STATE_TABLES:
+                reader = spark.read
+                if name in self._state_schemas:
+                    reader = reader.schema(self._state_schemas[name])
+                frames[name] = reader.parquet(str(base / f"{name}.parquet"))
+            return frames
         return None
+
+    def _collect(self, frames: dict) -> dict[str, pa.Table]:
+        self._state_schemas = {name: frames[name].schema for name in STATE_TABLES}
+        return collect(frames)
 
     def _save_state_tables(self, result: dict) -> str:
         name = f"state-{uuid.uuid4().hex}"
@@ -214,8 +230,9 @@ class LagStream:
         return name
 
     def _inspect(self, new: dict) -> tuple[dict, list]:
-        """Per kind, rel -> (min ts, max ts, rows) of each readable file; and the unreadable
-        ones as (kind, rel, reason). A file is read whole: a slice is small."""
+        """Per kind, rel -> (min ts, max ts, rows, min ts of the rows tables are made of) of
+        each readable file; and the unreadable ones as (kind, rel, reason). A file is read
+        whole: a slice is small."""
         spans, bad = {kind: {} for kind in new}, []
         for kind, rels in new.items():
             for rel in rels:
@@ -226,7 +243,11 @@ class LagStream:
                     if table.num_rows == 0:
                         raise ValueError("no rows")
                     bounds = pc.min_max(table["ts"]).as_py()
-                    spans[kind][rel] = (bounds["min"], bounds["max"], table.num_rows)
+                    changes_from = bounds["min"]
+                    if kind == EVENTS:
+                        kept = table.filter(pc.is_in(table["type"], pa.array(EVENT_TYPES)))
+                        changes_from = pc.min(kept["ts"]).as_py() if kept.num_rows else None
+                    spans[kind][rel] = (bounds["min"], bounds["max"], table.num_rows, changes_from)
                 except FileNotFoundError:
                     continue   # deleted by the retention since listed
                 except Exception as exc:  # noqa: BLE001 - a bad file is skipped, whatever is wrong with it
@@ -285,20 +306,29 @@ def _since(col: str, ms: int):
     return F.col(col) >= F.timestamp_millis(F.lit(ms))
 
 
+def _one(df):
+    """``df`` in one partition, without a shuffle: a pass's rows are few, and on one
+    partition every grouping, window and join after it needs no exchange - the pass runs as
+    one or two stages instead of ~25 (each stage's task serialising and scheduling cost
+    more than its rows)."""
+    return df.coalesce(1)
+
+
 def fold_plan(spark, job: LagJob, new: dict, state: dict | None, lows: dict, keep_from: int, p: JobParams) -> dict:
     """name -> DataFrame: the table rows that the new recordings change (only for the kinds
     with a low in ``lows``) and the next state (rows from ``keep_from``)."""
     from pyspark.sql import functions as F
 
-    state = state or _empty_state(spark, job)
-    snapshots = job._read(spark, SNAPSHOTS, new[SNAPSHOTS], -2 ** 62, 2 ** 62, None)
-    events = job._read(spark, EVENTS, new[EVENTS], -2 ** 62, 2 ** 62, None).filter(F.col("type").isin(*EVENT_TYPES))
-    partial = aggregate_samples(snapshots)
-    points = _merge_windows(state["points"].unionByName(_points(partial)), TEN_S)
-    owners = _merge_owners(state["owners"].unionByName(_owners(partial)))
-    per_ts = (state["per_ts"].unionByName(group_per_ts(snapshots))
+    state = {name: _one(frame) for name, frame in (state or _empty_state(spark, job)).items()}
+    snapshots = _one(job._read(spark, SNAPSHOTS, new[SNAPSHOTS], -2 ** 62, 2 ** 62, None))
+    events = _one(job._read(spark, EVENTS, new[EVENTS], -2 ** 62, 2 ** 62, None)
+                  .filter(F.col("type").isin(*EVENT_TYPES)))
+    partial = aggregate_samples(snapshots, shuffle=False)
+    points = _merge_windows(_one(state["points"].unionByName(_points(partial))), TEN_S)
+    owners = _merge_owners(_one(state["owners"].unionByName(_owners(partial))))
+    per_ts = (_one(state["per_ts"].unionByName(group_per_ts(snapshots)))
               .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.sum("queues").alias("queues")))
-    every_event = state["events"].unionByName(events)
+    every_event = _one(state["events"].unionByName(events))
     out = {}
     snap_lo, event_lo = lows.get(SNAPSHOTS), lows.get(EVENTS)
     if snap_lo is not None:

@@ -9,6 +9,34 @@ import signal
 
 from django.core.management.base import BaseCommand
 
+# The service's JVM runs for hours: the JIT's full tiers pay back (a pass after warm-up costs
+# ~25 % less CPU than with C1 only, bench/lag_stream_pass.py); one GC thread for a small heap.
+# A backfill (lagjob) keeps the JVM's defaults.
+SERVICE_JAVA_OPTS = "-XX:+UseSerialGC"
+
+# A pass is thousands of rows through ~25 small stages: what costs is planning and starting
+# them, not the rows. Measured per pass (bench/lag_stream_pass.py, 2 cores): compiling
+# generated code for each new plan costs more than it saves (interpreted expressions: -40 %),
+# and a broadcast join is one more Spark job; one shuffle partition, no adaptive re-planning.
+PASS_CONF = {
+    "spark.sql.shuffle.partitions": os.environ.get("LAG_SPARK_SHUFFLE_PARTITIONS", "1"),
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+}
+
+
+def tune_for_passes(spark) -> None:
+    """Settings for passes over a slice (a Spark Connect server keeps its own, but for the
+    shuffle partitions)."""
+    from dashboard.lag.spark import is_connect
+
+    connect = is_connect(spark)
+    for key, value in PASS_CONF.items():
+        if key == "spark.sql.shuffle.partitions" or not connect:
+            spark.conf.set(key, value)
+
 
 class Command(BaseCommand):
     help = "Fold new recordings into the lag history every few seconds, in one warm Spark session."
@@ -21,15 +49,9 @@ class Command(BaseCommand):
         from consumers_app.lab.lifeline import die_with_parent
         from dashboard.lag.job import JobParams, LagJob
         from dashboard.lag.service import LagService
-        from dashboard.lag.spark import is_connect
 
         die_with_parent()   # started by runlab: never outlive it
-        # A small JVM for small passes: C1 only (a pass is short; C2's compiling costs more
-        # than it saves) and one GC thread; one shuffle partition and no adaptive
-        # re-planning (a slice is thousands of rows, not millions). A backfill (lagjob) keeps
-        # Spark's defaults.
-        os.environ.setdefault("LAG_SPARK_EXTRA_JAVA_OPTS",
-                              "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC")
+        os.environ.setdefault("LAG_SPARK_EXTRA_JAVA_OPTS", SERVICE_JAVA_OPTS)
 
         # History is background work: the broker, the consumers and the page come first on a
         # small machine (the JVM it starts inherits this).
@@ -43,9 +65,7 @@ class Command(BaseCommand):
         budget = float(os.environ.get("LAB_LAG_CPU_BUDGET", "10")) / 100
         service = LagService(job, JobParams.from_settings, period_s=period, say=say, verbose=verbosity >= 1,
                              cpu_budget=budget)
-        job.spark.conf.set("spark.sql.shuffle.partitions", os.environ.get("LAG_SPARK_SHUFFLE_PARTITIONS", "1"))
-        if not is_connect(job.spark):
-            job.spark.conf.set("spark.sql.adaptive.enabled", "false")
+        tune_for_passes(job.spark)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: service.stopping.set())
         say(f"lag service: a pass every {period:g} s into {job.out}")
