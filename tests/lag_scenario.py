@@ -11,6 +11,8 @@ Group G1 reads TopicTest: 8 queues (broker-a:0-3, broker-b:0-3) sampled every se
 * broker-a:1 rewinds at t=200 s: its committed offset goes 500 back;
 * at t=120 s consumer c3 leaves: c1 and c2 rebalance (events) and ownership moves;
 * c2 reports flow control (count) at t=30..34 s and (size) at t=250 s;
+* broker-b:2's oldest unconsumed store time is not known at t=150..169 s (-1, as an
+  attached cluster's probe that has not answered): its time lag is unknown, not 0;
 * the group is switched to AVG_BY_CIRCLE at t=60 s (a ``fault`` event), and the lab
   records the hand-offs of c3's queues to c2 (``handoff`` events, updated as c2 consumes
   duplicates: only the latest counts).
@@ -36,6 +38,7 @@ QUEUES = [("broker-a", 0), ("broker-a", 1), ("broker-a", 2), ("broker-a", 3),
           ("broker-b", 0), ("broker-b", 1), ("broker-b", 2), ("broker-b", 3)]
 STALLED = ("broker-b", 3)
 REWOUND = ("broker-a", 1)
+UNKNOWN_STORE_TS = ("broker-b", 2)   # at t=150..169
 STATUS_ORDER = ["OK", "WARN", "STALL", "STOP", "REWIND"]
 HANDOFF_AT = T0 + 120_000 + 300 + 600   # c2 took c3's queues when its rebalance ended
 
@@ -70,7 +73,8 @@ def snapshot_rows(t: int) -> list[dict]:
             "ts": ts, "group": GROUP, "topic": TOPIC, "broker": queue[0], "queue_id": queue[1],
             "broker_min_offset": 0, "broker_max_offset": mx, "consumer_offset": co, "owner": _owner(queue, t),
             "cached_count": lag, "cached_bytes": lag * 100, "inflight": 0,
-            "oldest_unconsumed_store_ts": _store_ts(i, co) if lag > 0 else 0,
+            "oldest_unconsumed_store_ts": (-1 if queue == UNKNOWN_STORE_TS and 150 <= t < 170
+                                           else _store_ts(i, co) if lag > 0 else 0),
         })
     return rows
 
@@ -121,10 +125,23 @@ def _lag(r) -> int:
     return max(0, r["broker_max_offset"] - base)
 
 
-def _time_lag(r) -> int:
-    if _lag(r) > 0 and r["oldest_unconsumed_store_ts"] > 0:
-        return max(0, r["ts"] - r["oldest_unconsumed_store_ts"])
-    return 0
+def _time_lag(r) -> int | None:
+    """0 with no lag or nothing unconsumed, None when the store time is not known."""
+    if _lag(r) == 0 or r["oldest_unconsumed_store_ts"] == 0:
+        return 0
+    if r["oldest_unconsumed_store_ts"] < 0:
+        return None
+    return max(0, r["ts"] - r["oldest_unconsumed_store_ts"])
+
+
+def _max_known(values):
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def known(value):
+    """A table's value as the expectation writes it: None for null (NaN in pandas)."""
+    return None if pd.isna(value) else value
 
 
 def p95(values) -> int:
@@ -186,14 +203,16 @@ def expected(first: int, last: int) -> dict:
                 tl_end = _time_lag(last_r)
                 if n + 1 < len(starts):
                     nxt = wins[starts[n + 1]][0]
-                    if nxt["ts"] - last_r["ts"] <= 2 * res_ms:
-                        a, b = _time_lag(last_r), _time_lag(nxt)
-                        tl_end = _half_up(a + (b - a) * (ws + res_ms - last_r["ts"]) / (nxt["ts"] - last_r["ts"]))
+                    a, b = _time_lag(last_r), _time_lag(nxt)
+                    if nxt["ts"] - last_r["ts"] <= 2 * res_ms and b is not None:
+                        tl_end = (None if a is None else
+                                  _half_up(a + (b - a) * (ws + res_ms - last_r["ts"]) / (nxt["ts"] - last_r["ts"])))
                 lags = [_lag(r) for r in rows]
                 out["queue"][(res, broker, qid, ws)] = {
                     "broker_offset": last_r["broker_max_offset"], "consumer_offset": last_r["consumer_offset"],
                     "lag": _lag(last_r), "max_lag": max(lags), "avg_lag": sum(lags) / len(lags), "p95_lag": p95(lags),
-                    "time_lag_ms": max(0, tl_end), "max_time_lag_ms": max(_time_lag(r) for r in rows),
+                    "time_lag_ms": None if tl_end is None else max(0, tl_end),
+                    "max_time_lag_ms": _max_known(_time_lag(r) for r in rows),
                     "owner": last_r["owner"], "samples": len(rows),
                 }
                 points.append((ws, last_r["consumer_offset"], _lag(last_r)))
@@ -214,7 +233,7 @@ def expected(first: int, last: int) -> dict:
         for ws, lags in wins.items():
             queue_rows = [v for (r, b, q, w), v in out["queue"].items() if r == res and w == ws]
             out["group"][(res, ws)] = {"lag": lags[-1], "max_lag": max(lags), "avg_lag": sum(lags) / len(lags),
-                                       "p95_lag": p95(lags), "time_lag_ms": max(v["time_lag_ms"] for v in queue_rows),
+                                       "p95_lag": p95(lags), "time_lag_ms": _max_known(v["time_lag_ms"] for v in queue_rows),
                                        "status": max((v["status"] for v in queue_rows), key=STATUS_ORDER.index)}
     # owners: per queue, owner and minute
     for (broker, qid), samples in per_queue.items():
@@ -258,6 +277,6 @@ def assert_queue_windows(df, expect):
         r = got[key]
         actual = {"broker_offset": r.broker_offset, "consumer_offset": r.consumer_offset, "lag": r.lag,
                   "max_lag": r.max_lag, "avg_lag": pytest.approx(r.avg_lag), "p95_lag": r.p95_lag,
-                  "time_lag_ms": r.time_lag_ms, "max_time_lag_ms": r.max_time_lag_ms, "owner": r.owner,
+                  "time_lag_ms": known(r.time_lag_ms), "max_time_lag_ms": known(r.max_time_lag_ms), "owner": r.owner,
                   "samples": r.samples, "status": r.status}
         assert actual == {**e, "avg_lag": pytest.approx(e["avg_lag"])}, key

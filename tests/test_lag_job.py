@@ -17,7 +17,7 @@ from consumers_app.lab.recorder import SNAPSHOTS, Recorder
 from dashboard.lag.reports import CSV_COLUMNS
 
 from .browser import chromium, require_chromium, screenshot
-from .lag_scenario import (GROUP, HANDOFF_AT, QUEUES, REWOUND, SECONDS, STALLED, T0, assert_queue_windows, expected,
+from .lag_scenario import (GROUP, HANDOFF_AT, QUEUES, REWOUND, SECONDS, STALLED, T0, assert_queue_windows, expected, known,
                            queue_rows, record, to_ms)
 from .support import manage_py, wait_until
 
@@ -63,7 +63,7 @@ def test_job_figures_match_hand_computed_history(lag_runs):
 
     groups = h.windows("group_windows", GROUP)
     got = {(r.res, to_ms(r.window_start)): {"lag": r.lag, "max_lag": r.max_lag, "avg_lag": pytest.approx(r.avg_lag),
-                                          "p95_lag": r.p95_lag, "time_lag_ms": r.time_lag_ms, "status": r.status}
+                                          "p95_lag": r.p95_lag, "time_lag_ms": known(r.time_lag_ms), "status": r.status}
            for r in groups.itertuples()}
     assert got == expect["group"]
 
@@ -172,6 +172,21 @@ def test_csv_report_columns_and_rows(web):
     assert (int(row["lag"]), int(row["max_lag"]), int(row["time_lag_ms"]), row["owner"], row["status"]) == (
         e["lag"], e["max_lag"], e["time_lag_ms"], e["owner"], "STALL")
     assert int(row["broker_offset"]) - int(row["consumer_offset"]) == int(row["lag"])
+
+
+def test_a_time_lag_not_known_stays_unknown_in_every_format(web):
+    """broker-b:2's store time is not known at t=150..169 s: its windows there carry no time
+    lag (an empty CSV cell, null in JSON), not a reassuring 0; its lag is still there."""
+    window = {"from": "2026-01-01T11:00:30Z", "to": "2026-01-01T11:00:40Z", "res": "10s"}
+    rows = list(csv.DictReader(io.StringIO(_report(web, "csv", **window).content.decode())))
+    row = next(r for r in rows if (r["broker"], r["queue_id"]) == ("broker-b", "2"))
+    assert (row["time_lag_ms"], row["max_time_lag_ms"]) == ("", "") and int(row["lag"]) > 0
+    assert all(r["time_lag_ms"].isdigit() for r in rows if r is not row), "every other queue's is known"
+    body = json.loads(_report(web, "json", **window).content)
+    got = next(r for r in body["rows"] if (r["broker"], r["queue_id"]) == ("broker-b", 2))
+    assert got["time_lag_ms"] is None
+    data = web.get("/history/data.json", {"group": GROUP, **window}).json()
+    assert data["queues"]["broker-b:2"]["time_lag_ms"] == [None]
 
 
 def test_parquet_json_and_html_reports(web):

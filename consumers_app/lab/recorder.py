@@ -67,7 +67,7 @@ SNAPSHOT_SCHEMA = pa.schema([
     ("cached_count", pa.int64()),                # ProcessQueue depth
     ("cached_bytes", pa.int64()),
     ("inflight", pa.int32()),                    # pop: received, not yet acked
-    ("oldest_unconsumed_store_ts", pa.int64()),  # ms; 0 = nothing unconsumed
+    ("oldest_unconsumed_store_ts", pa.int64()),  # ms; 0 = nothing unconsumed, -1 = not known
 ])
 
 EVENT_SCHEMA = pa.schema([
@@ -142,9 +142,11 @@ def write_part(root: Path, kind: str, ts_ms: int, table: pa.Table) -> Path:
 
 def _snapshot_row(row: dict) -> dict:
     out = {name: row.get(name) for name in SNAPSHOT_SCHEMA.names}
-    for name in ("cached_count", "cached_bytes", "inflight", "oldest_unconsumed_store_ts"):
+    for name in ("cached_count", "cached_bytes", "inflight"):
         if out[name] is None:
             out[name] = 0
+    if out["oldest_unconsumed_store_ts"] is None:   # not known (an attached cluster's probe): not "none"
+        out["oldest_unconsumed_store_ts"] = -1
     if out["consumer_offset"] is None:
         out["consumer_offset"] = -1
     if out["owner"] == "":

@@ -121,6 +121,12 @@ class LagHistory:
                    if rel not in set(processed.get(kind, ())))
 
 
+def ints_or_none(values) -> list:
+    """A column as JSON-ready ints, None where the value is not known (null: NaN in pandas),
+    as a time lag whose store time the cluster has not told."""
+    return [None if pd.isna(v) else int(v) for v in values]
+
+
 def to_iso(ts) -> str:
     """A UTC timestamp as ISO-8601 with a Z (seconds, or ms when there are some)."""
     if ts is None or pd.isna(ts):

@@ -25,8 +25,10 @@ window; ``window_start``/``window_end`` are UTC timestamps, the window is [start
 Definitions: ``lag = broker_max_offset - consumer_offset``; when the group has no commit
 on the queue (``consumer_offset < 0``) it is ``broker_max_offset - broker_min_offset``;
 never below 0. Time lag of a sample = ``ts - oldest_unconsumed_store_ts`` when there is
-lag and a store time (else 0); at a window end it is interpolated linearly between the
-window's last sample and the next sample (no interpolation across a gap > 2 windows).
+lag and a store time; 0 with no lag or nothing unconsumed (store time 0); unknown (null)
+when the store time is not known (-1: an attached cluster's probe has not answered). At a
+window end it is interpolated linearly between the window's last sample and the next
+sample (not across a gap > 2 windows, nor towards an unknown one).
 p95 is exact: the smallest sample v with at least 95 % of the window's samples <= v (a
 sorted array per window - at most a minute of samples; percentile_approx is no cheaper,
 being an object aggregate too, and the minute's p95 needs the raw values anyway).
@@ -480,7 +482,12 @@ def enrich(snapshots):
     base = F.when(co < 0, F.col("broker_min_offset")).otherwise(co)
     lag = F.greatest(F.lit(0).cast("long"), F.col("broker_max_offset") - base)
     oldest = F.col("oldest_unconsumed_store_ts")
-    time_lag = F.when((lag > 0) & (oldest > 0), F.greatest(F.lit(0).cast("long"), F.col("ts") - oldest)).otherwise(F.lit(0).cast("long"))
+    zero = F.lit(0).cast("long")
+    # As the live page (consumers_app.lab.state.time_lag_ms): not known stays not known (null;
+    # maxima skip it), never a reassuring 0.
+    time_lag = (F.when((lag == 0) | (oldest == 0), zero)
+                .when(oldest < 0, F.lit(None).cast("long"))
+                .otherwise(F.greatest(zero, F.col("ts") - oldest)))
     return snapshots.withColumns({"lag": lag, "time_lag": time_lag})
 
 
@@ -589,7 +596,7 @@ def _queue_output(agg, res_ms: int, res: str):
     last_ts, last_tl = F.col("last.ts"), F.col("last.time_lag")
     end = F.col("ws") + F.lit(res_ms)
     interpolated = last_tl + (next_tl - last_tl) * (end - last_ts) / (next_ts - last_ts)
-    time_lag_end = (F.when(next_ts.isNotNull() & (next_ts - last_ts <= 2 * res_ms),
+    time_lag_end = (F.when(next_tl.isNotNull() & (next_ts - last_ts <= 2 * res_ms),
                            F.round(interpolated).cast("long")).otherwise(last_tl))
     out = agg.select(
         *QUEUE_KEYS, "ws",
@@ -598,7 +605,9 @@ def _queue_output(agg, res_ms: int, res: str):
         F.col("last.consumer_offset").alias("consumer_offset"),
         F.col("last.lag").alias("lag"),
         "max_lag", (F.col("sum_lag") / F.col("samples")).alias("avg_lag"), _p95(F.col("lags")).alias("p95_lag"),
-        F.greatest(F.lit(0).cast("long"), time_lag_end).alias("time_lag_ms"), "max_time_lag_ms",
+        # (not greatest(0, ...): it would turn an unknown time lag into 0)
+        F.when(time_lag_end < 0, F.lit(0).cast("long")).otherwise(time_lag_end).alias("time_lag_ms"),
+        "max_time_lag_ms",
         F.col("last.owner").alias("owner"), "samples", "status",
     )
     return _with_partitions(out, res_ms=res_ms, res=res)

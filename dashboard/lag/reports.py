@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .history import LagHistory, parse_time, to_iso
+from .history import LagHistory, ints_or_none, parse_time, to_iso
 from .status import STATUS_ORDER, worst
 
 CSV_COLUMNS = ["window_start", "window_end", "group", "topic", "broker", "queue_id", "broker_offset",
@@ -97,6 +97,8 @@ def report_frame(history: LagHistory, q: ReportQuery) -> pd.DataFrame:
         return pd.DataFrame(columns=CSV_COLUMNS + EXTRA_COLUMNS)
     df["owner"] = df["owner"].fillna("")
     df["avg_lag"] = df["avg_lag"].round(3)
+    for col in ("time_lag_ms", "max_time_lag_ms"):   # ints, empty/null where not known (not 123.0)
+        df[col] = df[col].astype("Int64")
     return df[CSV_COLUMNS + EXTRA_COLUMNS].reset_index(drop=True)
 
 
@@ -110,7 +112,7 @@ def queue_summary(rows: pd.DataFrame) -> list[dict]:
             "owners": sorted(o for o in g["owner"].unique() if o),
             "last_lag": int(last["lag"]), "max_lag": int(g["max_lag"].max()),
             "avg_lag": round(float((g["avg_lag"] * g["samples"]).sum() / max(1, g["samples"].sum())), 3),
-            "max_p95_lag": int(g["p95_lag"].max()), "max_time_lag_ms": int(g["max_time_lag_ms"].max()),
+            "max_p95_lag": int(g["p95_lag"].max()), "max_time_lag_ms": ints_or_none([g["max_time_lag_ms"].max()])[0],
             "last_status": last["status"], "worst_status": worst(g["status"]),
             **{f"windows_{s.lower()}": int(counts.get(s, 0)) for s in STATUS_ORDER},
         })
@@ -234,7 +236,7 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
         x = [iso[t] for t in g["window_end"]]
         lag.append({"type": "scatter", "x": x, "y": g["lag"].astype(int).tolist(), "mode": "lines", "name": label,
                     "customdata": g["owner"].tolist(), "hovertemplate": "%{y} (owner %{customdata})"})
-        time_lag.append({"type": "scatter", "x": x, "y": g["time_lag_ms"].astype(int).tolist(), "mode": "lines",
+        time_lag.append({"type": "scatter", "x": x, "y": ints_or_none(g["time_lag_ms"]), "mode": "lines",
                          "name": label})
         by_time = dict(zip(g["window_end"], g["status"]))
         status_z.append([STATUS_ORDER.index(by_time[t]) if t in by_time else None for t in times])

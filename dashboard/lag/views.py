@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from ..security import REPORT_POLICY
 
 from .access import read_access, write_access
-from .history import LagHistory, default_lag_dir, parse_time, to_iso
+from .history import LagHistory, default_lag_dir, ints_or_none, parse_time, to_iso
 from .compare import build_compare, parse_compare
 from .reports import FORMATS, ReportError, build_report, parse_query
 from .runner import job_status, start_job
@@ -68,13 +68,14 @@ def data_json(request):
         label = f"{topic}@{broker}:{qid}" if many_topics else f"{broker}:{qid}"
         queues[label] = {
             "t": [to_iso(t) for t in g["window_end"]], "lag": g["lag"].astype(int).tolist(),
-            "max_lag": g["max_lag"].astype(int).tolist(), "time_lag_ms": g["time_lag_ms"].astype(int).tolist(),
+            "max_lag": g["max_lag"].astype(int).tolist(), "time_lag_ms": ints_or_none(g["time_lag_ms"]),
             "owner": g["owner"].fillna("").tolist(), "status": g["status"].tolist(),
         }
     gw = history.windows("group_windows", group, q.from_ms, q.to_ms, res=res)
     group_series = {"t": [to_iso(t) for t in gw["window_end"]]} if len(gw) else {"t": []}
-    for col in ("lag", "max_lag", "avg_lag", "p95_lag", "time_lag_ms", "status"):
+    for col in ("lag", "max_lag", "avg_lag", "p95_lag", "status"):
         group_series[col] = gw[col].tolist() if len(gw) else []
+    group_series["time_lag_ms"] = ints_or_none(gw["time_lag_ms"]) if len(gw) else []
     rb = history.windows("rebalances", group, q.from_ms, q.to_ms, end_col="end")
     if len(rb):   # the periodic rebalances that moved nothing are not marked
         rb = rb[rb["changed"] != "[]"]
