@@ -180,6 +180,45 @@ class JobResult:
         return d
 
 
+@dataclass
+class RunPlan:
+    """What a batch run recomputes and reads (plan_run)."""
+    new: dict          # kind -> {rel: minute} of the files not processed yet (none when targeted)
+    range_ms: tuple    # [lo, hi): the windows recomputed, whole minutes
+    read_ms: tuple     # [lo, hi) of the samples read: the range, the status look-back before it
+    to_read: dict      # kind -> sorted rels of the files that hold samples of read_ms
+
+
+def plan_run(files: dict, processed: dict, p: JobParams) -> RunPlan | JobResult:
+    """A batch run's plan, from the recording files (kind -> {rel: minute}), those already
+    processed (kind -> rels) and the parameters; or the JobResult of a run with nothing to
+    do. Pure: no Spark, no disk."""
+    if not files[SNAPSHOTS] and not files[EVENTS]:
+        return JobResult("no-recordings")
+    every_minute = [m for kind in files for m in files[kind].values()]
+    if p.targeted:
+        new = {kind: {} for kind in files}
+        lo = p.since_ms - p.since_ms % MINUTE if p.since_ms is not None else min(every_minute)
+        hi = p.until_ms if p.until_ms is not None else max(every_minute) + MINUTE
+        hi = -(-hi // MINUTE) * MINUTE
+    else:
+        new = {kind: {rel: m for rel, m in files[kind].items() if rel not in processed[kind]} for kind in files}
+        new_minutes = [m for kind in new for m in new[kind].values()]
+        if not new_minutes:
+            return JobResult("nothing-new")
+        # One minute before: its time lag interpolates towards the new samples. The status
+        # window after: statuses there look back at the new data.
+        lo = min(new_minutes) - MINUTE
+        hi = max(new_minutes) + MINUTE + -(-p.status_window_ms // MINUTE) * MINUTE
+    if hi <= lo:
+        return JobResult("nothing-new", range_ms=(lo, hi))
+    lookback = max(p.status_window_ms, p.stop_after_ms) + MINUTE
+    read_lo, read_hi = lo - lookback, hi + MINUTE
+    to_read = {kind: sorted(rel for rel, m in files[kind].items() if m + MINUTE > read_lo and m < read_hi)
+               for kind in files}
+    return RunPlan(new=new, range_ms=(lo, hi), read_ms=(read_lo, read_hi), to_read=to_read)
+
+
 class LagJob:
     STEPS = ["plan", "read recordings", "owner windows", "queue windows", "group windows",
              "rebalances", "flow control", "marks", "commit"]
@@ -244,32 +283,11 @@ class LagJob:
         state = self.load_state()
         if self._forget_deleted(state, files):
             self.save_state(state)
-        if not files[SNAPSHOTS] and not files[EVENTS]:
-            return JobResult("no-recordings")
-        every_minute = [m for kind in files for m in files[kind].values()]
-        if p.targeted:
-            new = {kind: {} for kind in files}
-            lo = p.since_ms - p.since_ms % MINUTE if p.since_ms is not None else min(every_minute)
-            hi = p.until_ms if p.until_ms is not None else max(every_minute) + MINUTE
-            hi = -(-hi // MINUTE) * MINUTE
-        else:
-            new = {kind: {rel: m for rel, m in files[kind].items() if rel not in state["processed"][kind]}
-                   for kind in files}
-            new_minutes = [m for kind in new for m in new[kind].values()]
-            if not new_minutes:
-                return JobResult("nothing-new")
-            # One minute before: its time lag interpolates towards the new samples. The
-            # status window after: statuses there look back at the new data.
-            lo = min(new_minutes) - MINUTE
-            hi = max(new_minutes) + MINUTE + -(-p.status_window_ms // MINUTE) * MINUTE
-        if hi <= lo:
-            return JobResult("nothing-new", range_ms=(lo, hi))
+        plan = plan_run(files, state["processed"], p)
+        if isinstance(plan, JobResult):
+            return plan
         self._advance("plan")
-
-        lookback = max(p.status_window_ms, p.stop_after_ms) + MINUTE
-        read_lo, read_hi = lo - lookback, hi + MINUTE
-        to_read = {kind: sorted(rel for rel, m in files[kind].items() if m + MINUTE > read_lo and m < read_hi)
-                   for kind in files}
+        new, to_read, (lo, hi), (read_lo, read_hi) = plan.new, plan.to_read, plan.range_ms, plan.read_ms
         result = JobResult("done", range_ms=(lo, hi), new_files=sum(len(v) for v in new.values()),
                            files_read=sum(len(v) for v in to_read.values()))
         result.rows_read = self._count_rows(to_read[SNAPSHOTS])

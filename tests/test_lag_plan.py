@@ -1,0 +1,69 @@
+"""The batch run's plan (dashboard/lag/job.py plan_run) as a pure function: which windows a
+run recomputes and which recording files it reads, from file names alone. No Spark."""
+from __future__ import annotations
+
+import pytest
+
+from dashboard.lag.job import EVENTS, MINUTE, SNAPSHOTS, JobParams, JobResult, RunPlan, plan_run
+
+T0 = 1_767_265_080_000   # 2026-01-01T10:58:00Z, a whole minute
+P = JobParams()          # status window 60 s, stop after 300 s
+
+
+def minute_file(kind: str, minute: int, part: int = 0) -> str:
+    return f"{kind}/date=2026-01-01/hour=10/part-{minute:02d}-{part}.parquet"
+
+
+def files_of(minutes: dict[str, list[int]]) -> dict:
+    """kind -> {rel: minute ts} for the given minute offsets from T0."""
+    return {kind: {minute_file(kind, m): T0 + m * MINUTE for m in minutes.get(kind, [])} for kind in (SNAPSHOTS, EVENTS)}
+
+
+def test_no_recordings():
+    assert plan_run(files_of({}), {SNAPSHOTS: set(), EVENTS: set()}, P).state == "no-recordings"
+
+
+def test_nothing_new_when_every_file_is_processed():
+    files = files_of({SNAPSHOTS: [0, 1], EVENTS: [1]})
+    processed = {kind: set(files[kind]) for kind in files}
+    result = plan_run(files, processed, P)
+    assert isinstance(result, JobResult) and result.state == "nothing-new"
+
+
+def test_new_minutes_recompute_one_minute_before_and_the_status_window_after():
+    files = files_of({SNAPSHOTS: list(range(0, 12)), EVENTS: [11]})
+    processed = {SNAPSHOTS: {minute_file(SNAPSHOTS, m) for m in range(0, 10)}, EVENTS: set()}
+    plan = plan_run(files, processed, P)
+    assert isinstance(plan, RunPlan)
+    assert plan.new == {SNAPSHOTS: {minute_file(SNAPSHOTS, m): T0 + m * MINUTE for m in (10, 11)},
+                        EVENTS: {minute_file(EVENTS, 11): T0 + 11 * MINUTE}}
+    # minute 9 (interpolation towards minute 10) .. the minute after 11 plus a 60-s status window
+    assert plan.range_ms == (T0 + 9 * MINUTE, T0 + 13 * MINUTE)
+    # the look-back: the longer of the status rules (stop after 300 s) plus a minute
+    assert plan.read_ms == (T0 + 9 * MINUTE - 6 * MINUTE, T0 + 14 * MINUTE)
+    assert plan.to_read[SNAPSHOTS] == sorted(minute_file(SNAPSHOTS, m) for m in range(3, 12))
+    assert plan.to_read[EVENTS] == [minute_file(EVENTS, 11)]
+
+
+def test_a_longer_status_window_widens_the_range_after():
+    files = files_of({SNAPSHOTS: [0]})
+    plan = plan_run(files, {SNAPSHOTS: set(), EVENTS: set()}, JobParams(status_window_ms=150_000, stop_after_ms=300_000))
+    assert plan.range_ms == (T0 - MINUTE, T0 + MINUTE + 3 * MINUTE)
+
+
+@pytest.mark.parametrize("since, until, expected", [
+    (T0 + 90_000, T0 + 150_000, (T0 + MINUTE, T0 + 3 * MINUTE)),   # rounded out to whole minutes
+    (None, None, (T0, T0 + 5 * MINUTE)),                            # every minute recorded
+])
+def test_a_targeted_run_recomputes_its_range_whatever_is_processed(since, until, expected):
+    files = files_of({SNAPSHOTS: list(range(5))})
+    processed = {SNAPSHOTS: set(files[SNAPSHOTS]), EVENTS: set()}
+    plan = plan_run(files, processed, JobParams(since_ms=since, until_ms=until, group="G1"))
+    assert plan.new == {SNAPSHOTS: {}, EVENTS: {}}
+    assert plan.range_ms == expected
+
+
+def test_an_empty_targeted_range_is_nothing_new():
+    files = files_of({SNAPSHOTS: [0]})
+    result = plan_run(files, {SNAPSHOTS: set(), EVENTS: set()}, JobParams(since_ms=T0 + MINUTE, until_ms=T0 + MINUTE))
+    assert isinstance(result, JobResult) and result.state == "nothing-new"
