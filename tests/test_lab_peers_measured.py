@@ -74,11 +74,30 @@ def settled(lab) -> bool:
         and not v["ownership_issues"]
 
 
-async def keep_producing_until(lab, broker, condition, message, timeout=60):
+def reporting(browser) -> set[str]:
+    """The members whose consumed offsets the page has heard of."""
+    return {e["client_id"] for e in browser.events("consume") if e.get("ranges")}
+
+
+def group_picture(lab, browser) -> str:
+    """What the lab shows of the group, for a failure's message."""
+    v = view(lab)
+    return (f"members {sorted(v['members'])}, live {sorted(live(lab))}, "
+            f"clients {[(c, s['client'], s['status']) for c, s in v['clients'].items()]}, "
+            f"assignments {v['assignments']}, ownership issues {v['ownership_issues']}, "
+            f"reporting consumed offsets {sorted(reporting(browser))}")
+
+
+async def keep_producing_until(lab, broker, browser, condition, message, timeout=120):
+    """Produce while waiting: peers only report what they consume. The deadline is generous:
+    in the whole suite two peers' processes start next to everything else on 2 cores."""
     async def check():
         await produce(broker.address, TOPIC, 16, batch=1)
         return condition()
-    return await async_wait_until(check, timeout=timeout, interval=0.5, message=message)
+    try:
+        return await async_wait_until(check, timeout=timeout, interval=0.5, message=message)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the lab shows {group_picture(lab, browser)}") from None
 
 
 async def test_peers_report_their_consumed_offsets(lab, broker, browser):
@@ -87,11 +106,9 @@ async def test_peers_report_their_consumed_offsets(lab, broker, browser):
     ali = (await bus.request("add_consumer", group=GROUP, mode="push", client="ali-ons"))["client_id"]
     cpp = (await bus.request("add_consumer", group=GROUP, mode="push", client="rocketmq-cpp"))["client_id"]
 
-    def reporting():
-        clients = {e["client_id"] for e in browser.events("consume") if e.get("ranges")}
-        return {*ours, ali, cpp} <= clients
-
-    await keep_producing_until(lab, broker, lambda: settled(lab) and reporting(), "every member consuming")
+    await keep_producing_until(lab, broker, browser,
+                               lambda: settled(lab) and {*ours, ali, cpp} <= reporting(browser),
+                               f"every member consuming (ours {ours}, ali-ons {ali}, C++ {cpp})")
     for peer in (ali, cpp):
         ranges = [r for e in browser.events("consume") if e["client_id"] == peer for r in e["ranges"].values()]
         assert all(start < end for rs in ranges for start, end in rs)
@@ -105,7 +122,7 @@ async def test_a_kill_of_each_is_measured_and_its_duplicates_are_the_members_own
     held = view(lab)["assignments"][victim]
     killed_at = now_ms()
     await bus.request("consumer", client_id=victim, action="kill")
-    await keep_producing_until(lab, broker, lambda: settled(lab), "the survivors took every queue")
+    await keep_producing_until(lab, broker, browser, lambda: settled(lab), "the survivors took every queue")
 
     def kill_rebalance():
         handoffs = view(lab)["handoffs"]
