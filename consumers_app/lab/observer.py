@@ -221,7 +221,12 @@ class OldestUnconsumed:
 
     async def fill(self, group: str, figures: dict[MessageQueue, dict], addresses: dict[str, str]) -> None:
         """Set each queue's ``oldest_unconsumed_store_ts``: 0 when nothing is unconsumed, the
-        probed store time, or None while it is not known (never probed, or the probe failed)."""
+        probed store time, or None while it is not known (never probed, or the probe failed).
+        Queues the group no longer has (a topic deleted, a broker gone) are forgotten: a day
+        of a cluster's topics coming and going holds this flat."""
+        for key in [k for k in self.asked_at if k[0] == group and k[1] not in figures]:
+            self.asked_at.pop(key, None)
+            self.known.pop(key, None)
         due = []
         for mq, f in figures.items():
             offset = _consumed_to(f)
