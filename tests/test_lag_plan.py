@@ -2,6 +2,9 @@
 run recomputes and which recording files it reads, from file names alone. No Spark."""
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 
 from dashboard.lag.job import EVENTS, MINUTE, SNAPSHOTS, JobParams, JobResult, RunPlan, plan_run
@@ -67,3 +70,31 @@ def test_an_empty_targeted_range_is_nothing_new():
     files = files_of({SNAPSHOTS: [0]})
     result = plan_run(files, {SNAPSHOTS: set(), EVENTS: set()}, JobParams(since_ms=T0 + MINUTE, until_ms=T0 + MINUTE))
     assert isinstance(result, JobResult) and result.state == "nothing-new"
+
+
+def test_listing_with_a_cache_lists_only_hours_written_to(tmp_path):
+    from dashboard.lag.job import list_recordings
+
+    def touch(hour: int, minute: int, part: int = 0) -> str:
+        d = tmp_path / SNAPSHOTS / "date=2026-01-01" / f"hour={hour:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"part-{minute:02d}-{part}.parquet").touch()
+        os.utime(d, ns=(10**18, 10**18))   # written to long ago: cacheable
+        return f"{SNAPSHOTS}/date=2026-01-01/hour={hour:02d}/part-{minute:02d}-{part}.parquet"
+
+    for hour in (10, 11):
+        touch(hour, 5)
+    cache: dict = {}
+    assert list_recordings(tmp_path, SNAPSHOTS, cache) == list_recordings(tmp_path, SNAPSHOTS)
+    assert len(cache) == 2
+    # an hour nobody wrote to is not listed again: what the cache says is what comes back
+    (key, (mtime, listed)), = [(k, v) for k, v in cache.items() if k.endswith("hour=10")]
+    cache[key] = (mtime, {**listed, "marker": 0})
+    assert "marker" in list_recordings(tmp_path, SNAPSHOTS, cache)
+    # a file added (the directory's mtime moves), an hour gone: listed as without a cache
+    new = touch(11, 6)   # touch() pins the mtime back; a real write moves it on:
+    os.utime(tmp_path / SNAPSHOTS / "date=2026-01-01" / "hour=11", ns=(10**18 + 1, 10**18 + 1))
+    shutil.rmtree(tmp_path / SNAPSHOTS / "date=2026-01-01" / "hour=10")
+    got = list_recordings(tmp_path, SNAPSHOTS, cache)
+    assert got == list_recordings(tmp_path, SNAPSHOTS) and new in got
+    assert [k for k in cache if k.endswith("hour=10")] == [], "a pruned hour leaves the cache"

@@ -106,20 +106,54 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def list_recordings(recordings: Path, kind: str) -> dict[str, int]:
-    """rel path -> minute ts (ms) of every finished part file of ``kind``."""
+def list_recordings(recordings: Path, kind: str, cache: dict | None = None) -> dict[str, int]:
+    """rel path -> minute ts (ms) of every finished part file of ``kind``.
+
+    ``cache`` (a dict the caller keeps between calls, as the lag stream does) holds each
+    hour directory's listing with its modification time: an hour nobody wrote to since is
+    not listed again, so a pass lists the current hour, not the day of recordings retention
+    keeps (17k files per kind). A directory changed in the last seconds is always listed
+    (a file created within the mtime's granularity)."""
     base = Path(recordings) / kind
-    found = {}
+    found: dict[str, int] = {}
     if not base.is_dir():
         return found
-    for path in base.glob("date=*/hour=*/part-*.parquet"):
-        rel = path.relative_to(recordings).as_posix()
-        m = _PART.search(rel)
-        if m:
-            day, hour, minute = m.groups()
-            start = datetime.strptime(f"{day} {hour}:{minute}", "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
-            found[rel] = int(start.timestamp() * 1000)
+    fresh = time.time_ns() - 2_000_000_000
+    seen = set()
+    for day_dir in _subdirs(base, "date="):
+        for hour_dir in _subdirs(day_dir, "hour="):
+            try:
+                mtime = hour_dir.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue   # pruned meanwhile
+            key = str(hour_dir)
+            seen.add(key)
+            hit = cache.get(key) if cache is not None else None
+            if hit is not None and hit[0] == mtime:
+                found.update(hit[1])
+                continue
+            listed = {}
+            for path in hour_dir.glob("part-*.parquet"):
+                rel = path.relative_to(recordings).as_posix()
+                m = _PART.search(rel)
+                if m:
+                    day, hour, minute = m.groups()
+                    start = datetime.strptime(f"{day} {hour}:{minute}", "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
+                    listed[rel] = int(start.timestamp() * 1000)
+            if cache is not None and mtime < fresh:
+                cache[key] = (mtime, listed)
+            found.update(listed)
+    if cache is not None:
+        for key in [k for k in cache if k.startswith(str(base) + os.sep) and k not in seen]:
+            del cache[key]   # pruned by the retention
     return found
+
+
+def _subdirs(path: Path, prefix: str) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(path) if e.name.startswith(prefix) and e.is_dir()]
+    except FileNotFoundError:
+        return []
 
 
 def hours_between(lo: int, hi: int) -> list[tuple[str, str]]:

@@ -81,6 +81,7 @@ class LagStream:
         # The state tables' Spark schemas, from the plan that wrote them: a read given its
         # schema starts no Spark job (inferring it from the Parquet footer does, per table).
         self._state_schemas: dict = {}
+        self._listings: dict = {}   # list_recordings' cache: hour directories not written to since
 
     # -- one pass -------------------------------------------------------------------
 
@@ -94,7 +95,7 @@ class LagStream:
 
     def _pass(self, p: JobParams) -> JobResult:
         job = self.job
-        files = {kind: list_recordings(job.recordings, kind) for kind in (SNAPSHOTS, EVENTS)}
+        files = {kind: list_recordings(job.recordings, kind, self._listings) for kind in (SNAPSHOTS, EVENTS)}
         state = job.load_state()
         changed = job._forget_deleted(state, files)
         new = {kind: sorted(rel for rel in files[kind] if rel not in state["processed"][kind]) for kind in files}
