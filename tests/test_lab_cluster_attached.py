@@ -256,3 +256,31 @@ async def test_an_observed_group_is_recorded_like_the_labs_own(lab, cluster, pee
     handoffs = [e for e in events if e["type"] == "handoff"]
     assert {e["client_id"] for e in handoffs} <= members
     assert all(set(json.loads(e["fields"])["from_clients"]) <= members for e in handoffs)
+
+    # ... and the lag history computes them: the group's report has its queues, owned by its members.
+    report = await asyncio.to_thread(lag_report_of, recordings, group)
+    assert {(r["topic"], r["broker"], r["queue_id"]) for r in report} == {(WATCHED, "broker-a", i) for i in range(4)}
+    assert {r["owner"] for r in report if r["owner"]} <= members and any(r["owner"] for r in report)
+
+
+def lag_report_of(recordings, group: str) -> list[dict]:
+    """The lag job (real Spark, local[1]) over the recordings, then the group's CSV report's
+    rows, as the history page's download builds them."""
+    import csv
+    import io
+    import tempfile
+
+    from dashboard.lag.history import LagHistory
+    from dashboard.lag.job import JobParams, LagJob
+    from dashboard.lag.reports import build_report, parse_query
+    from dashboard.lag.spark import get_spark
+
+    spark = get_spark("local[1]")
+    try:
+        with tempfile.TemporaryDirectory() as lag_dir:
+            assert LagJob(recordings, lag_dir, spark=spark).run(JobParams()).state == "done"
+            history = LagHistory(lag_dir, recordings)
+            body = build_report(history, parse_query(group, None, None, "csv", "10s", history))
+    finally:
+        spark.stop()
+    return [{**r, "queue_id": int(r["queue_id"])} for r in csv.DictReader(io.StringIO(body.decode()))]
