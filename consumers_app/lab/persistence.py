@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from pathlib import Path
 
 from asgiref.sync import sync_to_async
 
+from .. import atomic
 from .scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -105,9 +105,7 @@ class HandoffStory:
         text = json.dumps(stories, separators=(",", ":"))
         if text == self._written:
             return False
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.path)   # a reader never sees half a file
+        atomic.write_bytes(self.path, text.encode(), durable=False)   # a reader never sees half a file
         self._written = text
         return True
 

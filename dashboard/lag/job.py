@@ -76,6 +76,7 @@ from typing import Callable
 from . import status as status_rules
 from . import tail
 from .swap import swap_in
+from consumers_app import atomic
 from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS, prune_hours
 
 MINUTE = 60_000
@@ -415,9 +416,9 @@ class LagJob:
 
     def save_state(self, state: dict) -> None:
         data = {**state, "processed": {k: sorted(v) for k, v in state["processed"].items()}}
-        scratch = self.out / f".{STATE_FILE}.tmp"
-        scratch.write_text(json.dumps(data))
-        os.replace(scratch, self.out / STATE_FILE)
+        # Atomic (the checkpoint: a pass killed mid-write leaves the previous one), not
+        # fsynced: rewritten every pass, and a lost one is only a pass done again.
+        atomic.write_json(self.out / STATE_FILE, data, durable=False)
 
     def _count_rows(self, rels: list[str]) -> int:
         import pyarrow.parquet as pq

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .history import default_lag_dir
+from consumers_app import atomic
 
 STATUS_FILE = "_job.json"
 LOG_FILE = "_job.log"
@@ -49,11 +50,10 @@ def _alive(pid: int | None) -> bool:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write ``path`` atomically: a reader sees the old content or the new, never half."""
+    """Write ``path`` atomically (a reader sees the old content or the new, never half); a
+    status file, rewritten often: not fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    scratch.write_text(json.dumps(data))
-    os.replace(scratch, path)
+    atomic.write_json(path, data, durable=False)
 
 
 class ProgressFile:
