@@ -45,13 +45,6 @@ BASE_CONF = {
 }
 
 
-def spark_target(master: str | None = None) -> str:
-    """What a session would connect to, for messages: 'remote sc://...' or the master URL."""
-    if os.environ.get("SPARK_REMOTE"):
-        return f"remote {os.environ['SPARK_REMOTE']}"
-    return master or os.environ.get("SPARK_MASTER") or "local[*]"
-
-
 def is_connect(session) -> bool:
     """A Spark Connect session (pyspark.sql.connect), not a classic one with a local JVM."""
     return type(session).__module__.startswith("pyspark.sql.connect")
