@@ -35,8 +35,10 @@ PARAMS = JobParams()
 @pytest.fixture(scope="module")
 def spark():
     from dashboard.lag.spark import get_spark
+    from dashboard.management.commands.lagservice import tune_for_passes
 
     session = get_spark("local[1]")
+    tune_for_passes(session)   # as the lag service runs its passes (interpreted, one partition, ...)
     yield session
     session.stop()
 
