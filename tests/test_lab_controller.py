@@ -323,31 +323,38 @@ async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(co
     await async_wait_until(lambda: any(e["client_id"] == victim and e.get("ranges") for e in listener.events("consume")),
                            timeout=10, message="the victim consuming")
     killed_at = now_ms()
-    await bus.request("consumer", client_id=victim, action="kill")
-    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="survivors rebalanced")
+    seen: dict = {}
+    try:
+        await bus.request("consumer", client_id=victim, action="kill")
+        await async_wait_until(lambda: balanced_as(controller), timeout=20, message="survivors rebalanced")
 
-    def kill_rebalance():
-        handoffs = group_view(controller.state.snapshot())["handoffs"]
-        return next((r for r in reversed(handoffs["rebalances"])
-                     if r["end_ts"] >= killed_at and victim in r["clients"]), None)
+        def kill_rebalance():
+            handoffs = group_view(controller.state.snapshot())["handoffs"]
+            return next((r for r in reversed(handoffs["rebalances"])
+                         if r["end_ts"] >= killed_at and victim in r["clients"]), None)
 
-    rebalance = await async_wait_until(kill_rebalance, timeout=10, message="the kill's rebalance")
-    detail = await bus.request("rebalance", group="GID_LAB", rebalance_id=rebalance["id"])
-    from_victim = [m for m in detail["moves"] if m["from"] == [victim] and m["added_ts"] >= killed_at]
-    assert sorted(m["queue"] for m in from_victim) == sorted(held)
-    assert all(m["gap_ms"] >= 0 and not m["overlap_ongoing"] for m in from_victim)
-
-    async def counts_agree():
+        rebalance = await async_wait_until(kill_rebalance, timeout=10, message="the kill's rebalance")
         detail = await bus.request("rebalance", group="GID_LAB", rebalance_id=rebalance["id"])
-        events = listener.events("consume")
-        ours = {m["queue"]: duplicates_of_move(events, m) for m in detail["moves"]}
-        theirs = {m["queue"]: m["duplicates"] for m in detail["moves"]}
-        return ours == theirs and sum(ours.values()) > 0 and detail
+        from_victim = [m for m in detail["moves"] if m["from"] == [victim] and m["added_ts"] >= killed_at]
+        assert sorted(m["queue"] for m in from_victim) == sorted(held)
+        assert all(m["gap_ms"] >= 0 and not m["overlap_ongoing"] for m in from_victim)
 
-    detail = await async_wait_until(counts_agree, timeout=15, message="the lab's duplicates = the consumers' own")
-    assert detail["duplicates"] == sum(m["duplicates"] for m in detail["moves"])
-    await bus.request("add_consumer", group="GID_LAB")
-    await async_wait_until(lambda: balanced_as(controller), timeout=20, message="three consumers again")
+        async def counts_agree():
+            detail = await bus.request("rebalance", group="GID_LAB", rebalance_id=rebalance["id"])
+            events = listener.events("consume")
+            ours = seen["records"] = {m["queue"]: duplicates_of_move(events, m) for m in detail["moves"]}
+            theirs = seen["lab"] = {m["queue"]: m["duplicates"] for m in detail["moves"]}
+            return ours == theirs and sum(ours.values()) > 0 and detail
+
+        try:
+            detail = await async_wait_until(counts_agree, timeout=30,
+                                            message="the lab's duplicates = the consumers' own")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: the lab's {seen.get('lab')}, the records' {seen.get('records')}") from None
+        assert detail["duplicates"] == sum(m["duplicates"] for m in detail["moves"])
+    finally:   # the module's lab has three members again, whatever failed above
+        await bus.request("add_consumer", group="GID_LAB")
+        await async_wait_until(lambda: balanced_as(controller), timeout=20, message="three consumers again")
 
 
 async def test_a_cut_consumer_keeps_its_queues_until_the_broker_expires_it(controller):
