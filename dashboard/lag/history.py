@@ -121,10 +121,14 @@ class LagHistory:
                    if rel not in set(processed.get(kind, ())))
 
 
+def int_or_none(value) -> int | None:
+    """A value as a JSON-ready int, None where it is not known (null: NaN in pandas), as a
+    time lag whose store time the cluster has not told."""
+    return None if pd.isna(value) else int(value)
+
+
 def ints_or_none(values) -> list:
-    """A column as JSON-ready ints, None where the value is not known (null: NaN in pandas),
-    as a time lag whose store time the cluster has not told."""
-    return [None if pd.isna(v) else int(v) for v in values]
+    return [int_or_none(v) for v in values]
 
 
 def to_iso(ts) -> str:

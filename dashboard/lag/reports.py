@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .history import LagHistory, ints_or_none, parse_time, to_iso
+from .history import LagHistory, int_or_none, ints_or_none, parse_time, to_iso
 from .status import STATUS_ORDER, worst
 
 CSV_COLUMNS = ["window_start", "window_end", "group", "topic", "broker", "queue_id", "broker_offset",
@@ -112,7 +112,7 @@ def queue_summary(rows: pd.DataFrame) -> list[dict]:
             "owners": sorted(o for o in g["owner"].unique() if o),
             "last_lag": int(last["lag"]), "max_lag": int(g["max_lag"].max()),
             "avg_lag": round(float((g["avg_lag"] * g["samples"]).sum() / max(1, g["samples"].sum())), 3),
-            "max_p95_lag": int(g["p95_lag"].max()), "max_time_lag_ms": ints_or_none([g["max_time_lag_ms"].max()])[0],
+            "max_p95_lag": int(g["p95_lag"].max()), "max_time_lag_ms": int_or_none(g["max_time_lag_ms"].max()),
             "last_status": last["status"], "worst_status": worst(g["status"]),
             **{f"windows_{s.lower()}": int(counts.get(s, 0)) for s in STATUS_ORDER},
         })
