@@ -247,3 +247,15 @@ def test_messages_skipped_by_corrected_offsets_are_counted_per_queue():
     state.apply(ev("offset_moved", "GID_LAB", "c3", topic="TopicTest", queue="broker-b:1",
                    from_offset=1000, to_offset=5, skipped=0))   # corrected backwards: nothing skipped
     assert state.snapshot()["groups"]["GID_LAB"]["skipped"] == {"broker-a:0": 1000}
+
+
+def test_each_client_says_whether_it_is_alive():
+    # The live page lists, colours and waits for consumers by this flag, not by its own
+    # reading of the status words.
+    state = lab_with_group(clients=("c1", "c2", "c3", "c4"))
+    state.clients["c4"].status = "starting"
+    state.apply(ev("fault", "GID_LAB", "c2", fault="hang"))
+    state.client_gone("c3", "killed")
+    clients = state.snapshot()["groups"]["GID_LAB"]["clients"]
+    assert {cid: (c["status"], c["alive"]) for cid, c in clients.items()} == {
+        "c1": ("running", True), "c2": ("hung", True), "c3": ("killed", False), "c4": ("starting", True)}

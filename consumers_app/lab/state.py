@@ -437,7 +437,10 @@ class LabState:
             c.client_id: {"status": c.status, "mode": c.mode, "worker": c.worker_id, "strategy": c.strategy,
                           "slow_ms": c.slow_ms, "fail_ratio": c.fail_ratio, "client": c.client,
                           "assignment_source": c.assignment_source, "language": c.language,
-                          "version": c.version, "note": c.note}
+                          "version": c.version, "note": c.note,
+                          # Whether it still takes part (ClientState.alive): the page's consumer
+                          # lists follow this rather than guessing from the status words.
+                          "alive": c.alive}
             for c in self.clients.values() if c.group == group.name
         }
         return {
