@@ -1,7 +1,9 @@
 """The control API: JSON in, the lab's new state out.
 
-Every view checks the *shape* of its input (JSON object, field names and types,
-ranges) and hands the action to the lab controller over the bus; the controller
+Every view maps its URL to one of the lab's actions and checks the *shape* of its input
+(JSON object, field names and types, ranges) against that action's entry in the lab's
+action table (consumers_app/lab/actions.py), then hands the action to the lab controller
+over the bus; the controller
 decides whether it makes sense (unknown group, last queue, ...) and answers with the
 new state or a `LabError`. Errors are `{"error": "reason"}`: 400 bad input (nothing
 changed), 401 not authenticated, 403 CSRF, 404 unknown action, 429 too many control
@@ -21,16 +23,13 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from consumers_app.allocate import STRATEGY_NAMES
 from consumers_app.lab import bus
-from consumers_app.lab.actions import MODES
-from consumers_app.lab.peers import OURS, available_clients
+from consumers_app.lab.actions import ACTIONS, KINDS, NOT_GIVEN
 
 from . import auth
 from .throttle import Limiter
 
 log = logging.getLogger(__name__)
-
 
 
 class BadRequest(Exception):
@@ -124,37 +123,14 @@ def lab_view(method: str):
 
 
 # ---------------------------------------------------------------- input shape
-
-# Past this a number is not a rate or a count but an attack on float conversion (10**400).
-MAX_MAGNITUDE = 10**15
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_MAGNITUDE
-
-
-def _is_number(value) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value) and abs(value) <= MAX_MAGNITUDE
-    return _is_int(value)
-
-
-def _is_name(value) -> bool:
-    return isinstance(value, str) and value.strip() != ""
-
+# What each action takes, and the bounds and choices its values must keep, are the lab's
+# action table (consumers_app/lab/actions.py); here is only how HTTP carries them: the
+# URL's path parameters, a JSON body, a query string.
 
 MAX_BODY_BYTES = 64 * 1024   # every body of this API is a handful of fields
 
-_KINDS = {
-    "name": (_is_name, "a non-empty string"),
-    "int": (_is_int, "an integer (at most 10**15 in size)"),
-    "number": (_is_number, "a number (finite, at most 10**15 in size)"),
-}
 
-
-def body(request, required: dict[str, str] | None = None, optional: dict[str, str] | None = None) -> dict:
-    """The request's JSON object, checked: field name -> kind ('name', 'int', 'number')."""
-    required, optional = required or {}, optional or {}
+def _json_object(request) -> dict:
     if len(request.body) > MAX_BODY_BYTES:
         raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
     try:
@@ -165,26 +141,67 @@ def body(request, required: dict[str, str] | None = None, optional: dict[str, st
         raise BadRequest("the body is nested too deeply") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
-    unknown = sorted(set(data) - set(required) - set(optional))
-    if unknown:
-        raise BadRequest(f"unknown field(s): {', '.join(unknown)}")
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise BadRequest(f"missing field(s): {', '.join(missing)}")
-    for name, value in data.items():
-        accepts, expected = _KINDS[required.get(name) or optional[name]]
-        if not accepts(value):
-            raise BadRequest(f"{name!r} must be {expected}, not {json.dumps(value)}")
     return data
 
 
-def _one_of(name: str, value: str, choices) -> str:
-    if value not in choices:
-        raise BadRequest(f"unknown {name} {value!r}; expected one of {', '.join(choices)}")
-    return value
+def _keeps_its_bounds(param, value) -> None:
+    """The value is one of the param's choices and keeps its rule, or BadRequest says which not."""
+    if param.choices is not None and value not in param.choices():
+        raise BadRequest(f"unknown {param.name} {value!r}; expected one of {', '.join(param.choices())}")
+    if param.rule is not None and not param.rule.holds(value):
+        raise BadRequest(param.rule.message.format(value=value))
 
 
-# ---------------------------------------------------------------- endpoints
+def body(request, action: str, /, **path) -> dict:
+    """The bus params of ``action``: the URL's ``path`` ones and the JSON body's fields,
+    checked against the action's table entry (its fields, their kinds and bounds)."""
+    data = _json_object(request)
+    fields = ACTIONS[action].web_params("body", path)
+    unknown = sorted(set(data) - {p.name for p in fields})
+    if unknown:
+        raise BadRequest(f"unknown field(s): {', '.join(unknown)}")
+    missing = [p.name for p in fields if p.needed_on_the_web and p.name not in data]
+    if missing:
+        raise BadRequest(f"missing field(s): {', '.join(missing)}")
+    kinds = {p.name: p.kind for p in fields}
+    for name, value in data.items():
+        accepts, expected = KINDS[kinds[name]]
+        if not accepts(value):
+            raise BadRequest(f"{name!r} must be {expected}, not {json.dumps(value)}")
+    for p in fields:
+        if p.name in data:
+            _keeps_its_bounds(p, data[p.name])
+    # A value the lab assumes anyway is not sent (add_consumer's client "ours").
+    return {**path, **{name: value for name, value in data.items() if value != ACTIONS[action].param(name).default}}
+
+
+def query(request, action: str, /, **path) -> dict:
+    """The bus params of ``action``: the URL's ``path`` ones and its query parameters,
+    checked against the action's table entry."""
+    params = ACTIONS[action].web_params("query")
+    unknown = sorted(set(request.GET) - {p.name for p in params})
+    if unknown:
+        raise BadRequest(f"unknown query parameter(s): {', '.join(unknown)}")
+    found = dict(path)
+    for p in params:
+        text = request.GET.get(p.name)
+        if not text and not (p.kind == "int" and text is not None):   # an empty name is a missing one
+            if p.web_default is NOT_GIVEN:
+                raise BadRequest(f"missing query parameter {p.name!r}")
+            found[p.name] = p.web_default
+            continue
+        value = text
+        if p.kind == "int":
+            try:
+                value = int(text)
+            except ValueError:
+                raise BadRequest(f"{p.name!r} must be an integer, not {text!r}") from None
+        _keeps_its_bounds(p, value)
+        found[p.name] = value
+    return found
+
+
+# ---------------------------------------------------------------- endpoints: URL -> action
 
 @lab_view("GET")
 async def state(request):
@@ -193,145 +210,87 @@ async def state(request):
 
 @lab_view("POST")
 async def group_strategy(request, group):
-    strategy = body(request, {"strategy": "name"})["strategy"]
-    return await bus.request("set_strategy", group=group, strategy=_one_of("strategy", strategy, STRATEGY_NAMES))
+    return await bus.request("set_strategy", **body(request, "set_strategy", group=group))
 
 
 @lab_view("GET")
 async def group_strategy_preview(request, group):
     """What switching the group to ?strategy=NAME would move (read-only, so no control token spent)."""
-    unknown = sorted(set(request.GET) - {"strategy"})
-    if unknown:
-        raise BadRequest(f"unknown query parameter(s): {', '.join(unknown)}")
-    strategy = request.GET.get("strategy", "")
-    if not strategy:
-        raise BadRequest("missing query parameter 'strategy'")
-    return await bus.request("preview_strategy", group=group, strategy=_one_of("strategy", strategy, STRATEGY_NAMES))
+    return await bus.request("preview_strategy", **query(request, "preview_strategy", group=group))
 
 
 @lab_view("GET")
 async def group_rebalance(request, group, rebalance_id):
     """One rebalance of the last 15 minutes with its hand-offs (consumers_app/lab/handoff.py)."""
-    if request.GET:
-        raise BadRequest(f"unknown query parameter(s): {', '.join(sorted(request.GET))}")
-    return await bus.request("rebalance", group=group, rebalance_id=rebalance_id)
-
-
-def _query_int(request, name: str, default: int | None, low: int, high: int) -> int:
-    """An integer query parameter within [low, high]; 400 naming it otherwise."""
-    text = request.GET.get(name)
-    if text is None:
-        if default is None:
-            raise BadRequest(f"missing query parameter {name!r}")
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadRequest(f"{name!r} must be an integer, not {text!r}") from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name!r} must be between {low} and {high}, not {value}")
-    return value
-
-
-def _only(request, *names: str) -> None:
-    unknown = sorted(set(request.GET) - set(names))
-    if unknown:
-        raise BadRequest(f"unknown query parameter(s): {', '.join(unknown)}")
+    return await bus.request("rebalance", **query(request, "rebalance", group=group, rebalance_id=rebalance_id))
 
 
 @lab_view("GET")
 async def group_lag_series(request, group):
     """The group's lag over the last ?seconds= (300; at most 900), one point a second:
     total, largest time lag, and per queue (consumers_app/lab/timeline.py)."""
-    _only(request, "seconds")
-    return await bus.request("lag_series", group=group, seconds=_query_int(request, "seconds", 300, 1, 900))
+    return await bus.request("lag_series", **query(request, "lag_series", group=group))
 
 
 @lab_view("GET")
 async def group_view_at(request, group):
     """The assignment view as it was at ?ts= (ms since the epoch), within the last 15 minutes."""
-    _only(request, "ts")
-    return await bus.request("view_at", group=group, ts=_query_int(request, "ts", None, 0, 2**53))
+    return await bus.request("view_at", **query(request, "view_at", group=group))
 
 
 @lab_view("POST")
 async def group_mode(request, group):
-    mode = body(request, {"mode": "name"})["mode"]
-    return await bus.request("set_mode", group=group, mode=_one_of("mode", mode, MODES))
+    return await bus.request("set_mode", **body(request, "set_mode", group=group))
 
 
 @lab_view("POST")
 async def group_consumers(request, group):
-    data = body(request, {"mode": "name"}, {"client": "name"})
-    mode = _one_of("mode", data["mode"], MODES)
-    client = _one_of("client", data.get("client", OURS), available_clients())
-    return await bus.request("add_consumer", group=group, mode=mode, **({} if client == OURS else {"client": client}))
+    return await bus.request("add_consumer", **body(request, "add_consumer", group=group))
 
 
 @lab_view("POST")
 async def observe(request):
     """Watch a group the lab did not start, read-only (consumers_app/lab/observer.py)."""
-    group = body(request, {"group": "name"})["group"]
-    return await bus.request("observe", group=group)
+    return await bus.request("observe", **body(request, "observe"))
 
 
 @lab_view("POST")
 async def consumer_action(request, client_id, action):
-    if action == "slow":
-        ms = body(request, {"ms": "int"})["ms"]
-        if ms < 0:
-            raise BadRequest("'ms' must be >= 0")
-        return await bus.request("consumer", client_id=client_id, action=action, ms=ms)
-    if action == "fail":
-        ratio = body(request, {"ratio": "number"})["ratio"]
-        if not 0 <= ratio <= 1:
-            raise BadRequest("'ratio' must be between 0 and 1")
-        return await bus.request("consumer", client_id=client_id, action=action, ratio=ratio)
-    body(request)  # stop, kill, hang, cut, resume take no fields (an empty body is fine)
-    return await bus.request("consumer", client_id=client_id, action=action)
+    """stop, kill, hang, cut and resume take no fields (an empty body is fine); slow its ms, fail its ratio."""
+    return await bus.request("consumer", **body(request, "consumer", client_id=client_id, action=action))
 
 
 @lab_view("POST")
 async def producer_rate(request):
-    data = body(request, {"topic": "name", "rate": "number"})
-    if data["rate"] < 0:
-        raise BadRequest("'rate' must be >= 0 (messages per second)")
-    return await bus.request("producer_rate", topic=data["topic"], rate=data["rate"])
+    return await bus.request("producer_rate", **body(request, "producer_rate"))
 
 
 @lab_view("POST")
 async def producer_burst(request):
-    data = body(request, {"topic": "name", "count": "int"})
-    if data["count"] < 1:
-        raise BadRequest("'count' must be >= 1")
-    if data["count"] > settings.LAB_BURST_MESSAGES_PER_MINUTE:
+    params = body(request, "producer_burst")
+    if params["count"] > settings.LAB_BURST_MESSAGES_PER_MINUTE:
         raise BadRequest(f"'count' must be at most {settings.LAB_BURST_MESSAGES_PER_MINUTE} "
                          f"(the per-user burst budget a minute)")
-    wait = burst_limiter().take(request.lab_user_id, data["count"])
+    wait = burst_limiter().take(request.lab_user_id, params["count"])
     if wait:
         raise TooManyRequests(f"burst budget used up: at most {settings.LAB_BURST_MESSAGES_PER_MINUTE} messages "
                               f"a minute per user (keeps the broker's disk within its retention budget)", wait)
-    return await bus.request("producer_burst", topic=data["topic"], count=data["count"])
+    return await bus.request("producer_burst", **params)
 
 
 @lab_view("POST")
 async def topic_queues(request, topic):
-    data = body(request, {"delta": "int"}, {"broker": "name"})
-    if data["delta"] == 0:
-        raise BadRequest("'delta' must not be 0 (positive adds queues, negative removes them)")
-    return await bus.request("queues", topic=topic, **data)
+    return await bus.request("queues", **body(request, "queues", topic=topic))
 
 
 @lab_view("POST")
 async def broker_online(request, broker):
-    body(request)
-    return await bus.request("broker", broker=broker, online=True)
+    return await bus.request("broker", **body(request, "broker", broker=broker, online=True))
 
 
 @lab_view("POST")
 async def broker_offline(request, broker):
-    body(request)
-    return await bus.request("broker", broker=broker, online=False)
+    return await bus.request("broker", **body(request, "broker", broker=broker, online=False))
 
 
 @csrf_exempt  # answers 404 and changes nothing; CSRF's HTML 403 would hide the real answer
