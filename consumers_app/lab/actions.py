@@ -374,6 +374,7 @@ def checked_request(lab, action, params) -> tuple[Action, dict]:
         refuse_if_disabled(lab, spec.control)
     checked = dict(params)
     for p in spec.params:
-        if p.check is not None and p.name in params and p.applies(checked):
-            checked[p.name] = p.check(params[p.name], lab, checked)
+        # One left out is checked as its default: slow without ms is refused, options become {}.
+        if p.check is not None and p.applies(checked) and (p.name in params or p.default is not NOT_GIVEN):
+            checked[p.name] = p.check(params.get(p.name, p.default), lab, checked)
     return spec, checked
