@@ -3,23 +3,28 @@
     lab = FakeLab()
     task = asyncio.create_task(lab.run())         # answer bus requests (and tick, if asked)
 
-It allocates with the real strategies (consumers_app.allocate) so a page switched to
-AVG_BY_CIRCLE shows what RocketMQ would, publishes the events a real lab would
-(assignment, membership, fault, pq, flow_control), and refuses what the real
-controller refuses with LabError. As a process (`python -m tests.fake_lab`) it serves
-whatever channel layer the settings name: with CHANNEL_LAYER_URL, several web
-processes share it; `tests/fake_lab_asgi.py` runs it inside one daphne instead.
+Only the *backend* is fake: what the controller's handlers would do to workers and
+brokers. Which actions exist, their params and every check and refusal are the real
+ones (the action table in consumers_app/lab/actions.py, the handlers' checks against the
+running lab), and the read-only actions are the controller's own handlers on this lab's
+real LabState. It allocates with the real strategies (consumers_app.allocate) so a page
+switched to AVG_BY_CIRCLE shows what RocketMQ would, and publishes the events a real lab
+would (assignment, membership, fault, pq, flow_control). As a process
+(`python -m tests.fake_lab`) it serves whatever channel layer the settings name: with
+CHANNEL_LAYER_URL, several web processes share it; `tests/fake_lab_server.py` runs it
+inside one daphne instead.
 """
 import asyncio
 import os
 
-from consumers_app.allocate import STRATEGY_NAMES, get_strategy, sort_for_allocation
+from consumers_app.allocate import get_strategy, sort_for_allocation
 from consumers_app.events import make_event, now_ms
 from consumers_app.lab import bus
+from consumers_app.lab.actions import checked_request
+from consumers_app.lab.controller import Limits
+from consumers_app.lab.handlers import ActionHandlers, checked_new_consumer, checked_queue_change
+from consumers_app.lab.peers import OURS
 from consumers_app.lab.state import LabState
-from consumers_app.lab.handoff import rebalance_detail
-from consumers_app.lab.timeline import lag_series, view_at
-from consumers_app.lab.whatif import preview_group
 from consumers_app.message_queue import MessageQueue
 
 TOPIC = "TopicTest"
@@ -29,6 +34,9 @@ PQ_LIMIT = 1000   # pullThresholdForQueue
 class FakeLab:
     """Keeps a real LabState: every event it makes is applied there, so its snapshot is
     the real snapshot (one builder) and its events the real event types."""
+
+    limits = Limits()
+    namesrv = "127.0.0.1:9876"   # what the real checks want before a peer client joins; nothing listens
 
     def __init__(self, consumers: int = 3, queues_per_broker: int = 4, tick: float | None = None):
         self.tick = tick
@@ -69,10 +77,15 @@ class FakeLab:
     def _emit(self, type: str, group: str = "", client_id: str = "", **fields) -> None:
         self.state.apply(make_event(type, group, client_id, **fields))
 
-    def _add(self, group: str) -> str:
-        client_id = f"c{self.next_id}"
+    def _add(self, group: str, client: str = OURS) -> str:
+        """A new member of ``group``: one of ours, or another client's (a peer, whose
+        queues the broker tells)."""
+        client_id = f"c{self.next_id}" if client == OURS else f"192.0.2.{self.next_id}@{client}"
         self.next_id += 1
-        self.state.add_client(client_id, group, self.groups[group].mode).status = "running"
+        added = self.state.add_client(client_id, group, self.groups[group].mode)
+        added.status = "running"
+        if client != OURS:
+            added.client, added.assignment_source = client, "broker"
         self._emit("membership", group, client_id, source="broker", reason="joined", joined=[client_id],
                    members=self.alive(group))
         return client_id
@@ -96,21 +109,20 @@ class FakeLab:
     # -- requests (bus.serve handler) -----------------------------------------------
 
     async def handle(self, action: str, params: dict) -> dict:
+        """As LabController.handle: the real table checks the request, then the fake
+        backend (``do_<action>``) acts, or the controller's own handler answers a read."""
         self.requests.append((action, params))
-        method = getattr(self, f"do_{action}", None)
-        if method is None:
-            raise bus.LabError(f"unknown action {action!r}")
-        result = method(**params)
+        spec, params = checked_request(self, action, params)
+        backend = getattr(self, f"do_{spec.name}", None)
+        if backend is not None:
+            result = backend(**params)
+        else:
+            result = await getattr(ActionHandlers, f"action_{spec.name}")(self, **params)
         await self.publish()
         return result
 
     async def publish(self) -> None:
         await bus.publish([e.to_dict() for e in self.state.drain()])
-
-    def _group(self, group):
-        if group not in self.groups:
-            raise bus.LabError(f"unknown group {group!r}")
-        return self.groups[group]
 
     def _rebalanced(self, group, reason):
         """Every member rebalances, as a real one reports it: what it added and removed
@@ -124,60 +136,32 @@ class FakeLab:
             self._emit("rebalance", group, client_id, topic=TOPIC, phase="end", reason=reason, strategy=g.strategy,
                        duration_ms=3, added=added, removed=[MessageQueue.from_label(TOPIC, x) for x in removed])
 
-    def do_state(self):
-        return self.snapshot()
+    # -- the backend: what the controller's handlers do to workers and brokers ----------
+    # Called with checked params (they are also the scenario builders' shortcuts).
 
-    def do_health(self):
-        return {"ok": self.broker_process["up"], "broker_process": dict(self.broker_process)}
-
-    def do_set_strategy(self, group, strategy):
-        if strategy not in STRATEGY_NAMES:
-            raise bus.LabError(f"unknown strategy {strategy!r}")
-        self._group(group).strategy = strategy
+    def do_set_strategy(self, group, strategy, options=None):
+        self.groups[group].strategy = strategy
         self._rebalanced(group, "strategy changed")
         return self.snapshot()
 
-    def do_preview_strategy(self, group, strategy):
-        if strategy not in STRATEGY_NAMES:
-            raise bus.LabError(f"unknown strategy {strategy!r}")
-        target = self._group(group)
-        if target.observed:
-            raise bus.LabError(f"group {group} is observed, not run by the lab: it is read-only")
-        return preview_group(self.state, target, strategy)
-
-    def do_rebalance(self, group, rebalance_id):
-        return rebalance_detail(self._group(group), rebalance_id)
-
-    def do_lag_series(self, group, seconds):
-        return lag_series(self._group(group), seconds)
-
-    def do_view_at(self, group, ts):
-        return view_at(self._group(group), ts)
-
     def do_set_mode(self, group, mode):
-        self._group(group).mode = mode
+        self.groups[group].mode = mode
         for client in self.state.clients.values():
             if client.group == group:
                 client.mode = mode
         self._rebalanced(group, "mode changed")
         return self.snapshot()
 
-    def do_add_consumer(self, group, mode):
-        if group not in self.groups:
-            self.state.add_group(group, TOPIC, mode, "AVG")
-        elif self.groups[group].mode != mode:
-            raise bus.LabError(f"group {group} consumes in {self.groups[group].mode} mode")
-        client_id = self._add(group)
+    def do_add_consumer(self, group, mode=None, topic=None, strategy=None, client=OURS):
+        new_group = checked_new_consumer(self, group, mode, topic, strategy, client)
+        if new_group is not None:
+            self.state.add_group(group, **new_group)
+        client_id = self._add(group, client)
         self._rebalanced(group, "membership changed")
         return {"client_id": client_id, "state": self.snapshot()}
 
     def do_consumer(self, client_id, action, ms=None, ratio=None):
-        client = self.state.clients.get(client_id)
-        if client is None:
-            raise bus.LabError(f"unknown consumer {client_id!r}")
-        if not client.alive:
-            raise bus.LabError(f"consumer {client_id} is {client.status}")
-        group = client.group
+        group = self.state.clients[client_id].group
         detail = {"ms": ms} if action == "slow" else {"ratio": ratio} if action == "fail" else {}
         self._emit("fault", group, client_id, fault=action, **detail)
         if action in ("stop", "kill"):
@@ -189,22 +173,14 @@ class FakeLab:
         return self.snapshot()
 
     def do_producer_rate(self, topic, rate):
-        if topic != TOPIC:
-            raise bus.LabError(f"unknown topic {topic!r}")
-        self.state.producers[TOPIC]["rate"] = rate
+        self.state.producers[topic]["rate"] = rate
         return self.snapshot()
 
     def do_producer_burst(self, topic, count):
-        if topic != TOPIC:
-            raise bus.LabError(f"unknown topic {topic!r}")
         return self.snapshot()
 
     def do_queues(self, topic, delta, broker=None):
-        broker = broker or "broker-a"
-        if topic != TOPIC or broker not in self.queues:
-            raise bus.LabError(f"unknown topic or broker {topic!r}/{broker!r}")
-        if self.queues[broker] + delta < 0:
-            raise bus.LabError(f"{broker} has only {self.queues[broker]} queue(s)")
+        broker = checked_queue_change(self, topic, delta, broker)
         self.queues[broker] += delta
         self._emit("broker", broker=broker, topic=topic, change="queues", delta=delta,
                    queues=[MessageQueue.from_label(TOPIC, x) for x in self.labels()])
@@ -213,13 +189,20 @@ class FakeLab:
         return self.snapshot()
 
     def do_broker(self, broker, online):
-        if broker not in self.queues:
-            raise bus.LabError(f"unknown broker {broker!r}")
         self._emit("broker", broker=broker, online=online, change="online" if online else "offline")
         self.state.set_topic_queues(TOPIC, self.labels())
         for group in list(self.groups):
             self._rebalanced(group, "broker changed")
         return self.snapshot()
+
+    def do_observe(self, group):
+        """The fake cluster has every group asked for, on TopicTest, with no one online."""
+        existing = self.groups.get(group)
+        if existing is not None and not existing.observed:
+            raise bus.LabError(f"group {group} is the lab's own: the page shows it already")
+        if existing is None:
+            self.state.add_group(group, TOPIC, "push", strategy="").observed = True
+        return {"group": group, "state": self.snapshot()}
 
     # -- running -------------------------------------------------------------------
 

@@ -118,3 +118,33 @@ def test_a_control_the_attached_cluster_turned_off_is_refused_first():
     with pytest.raises(bus.LabError, match="^this cluster's queues are not ours to change$"):
         checked_request(state, "queues", {"topic": "Nope", "delta": 0})
     assert actions.disabled(state, "broker_online") is None
+
+
+# ---------------------------------------------------------------- the web tests' fake answers by the same table
+
+async def test_the_fake_lab_refuses_as_the_controller_does():
+    from .fake_lab import FakeLab
+
+    fake = FakeLab()
+    for action, params, reason in [
+        ("explode", {}, "unknown action 'explode'; valid: add_consumer, broker, consumer, "),
+        ("set_strategy", {"group": "GID_LAB"}, "set_strategy: missing a required argument: 'strategy'"),
+        ("producer_rate", {"topic": "TopicTest", "rate": 10**6}, "rate must be between 0 and 50000"),
+        ("add_consumer", {"group": "GID_LAB", "mode": "pop"}, "group GID_LAB consumes in push mode; use set_mode"),
+        ("queues", {"topic": "TopicTest", "delta": -5, "broker": "broker-a"}, "TopicTest has only 4 queue(s) on broker-a"),
+    ]:
+        with pytest.raises(bus.LabError) as refused:
+            await fake.handle(action, params)
+        assert str(refused.value).startswith(reason)
+
+
+async def test_the_fake_lab_takes_what_the_table_offers():
+    from .fake_lab import FakeLab
+
+    fake = FakeLab()
+    await fake.handle("set_strategy", {"group": "GID_LAB", "strategy": "avg_by_circle", "options": {}})
+    assert fake.groups["GID_LAB"].strategy == "AVG_BY_CIRCLE"
+    answer = await fake.handle("observe", {"group": "GID_THEIRS"})
+    assert answer["group"] == "GID_THEIRS" and fake.groups["GID_THEIRS"].observed
+    added = await fake.handle("add_consumer", {"group": "GID_NEW", "strategy": "AVG_BY_CIRCLE"})
+    assert added["state"]["groups"]["GID_NEW"]["strategy"] == "AVG_BY_CIRCLE"
