@@ -2,10 +2,14 @@
 // plotly.js (served from static, no CDN); runs the lag job and polls its progress. Every
 // 10 s it asks the job endpoint for the newest complete window (the lag service keeps it
 // moving) and redraws when it moved; From/To follow the data until the user sets them.
-(function () {
-  "use strict";
-  const root = document.getElementById("history");
-  if (!root) return;
+// An ES module: the number format and element builder are the live page's (common/).
+import { el } from "./common/dom.js";
+import { fmt } from "./common/format.js";
+
+const page = document.getElementById("history");
+if (page) start(page);
+
+function start(root) {
   const $ = (id) => document.getElementById(id);
   const STATUS = ["OK", "WARN", "STALL", "STOP", "REWIND"];
   const STATUS_COLORS = ["#2e9e44", "#e0a800", "#e8590c", "#c92a2a", "#7048e8"];
@@ -21,9 +25,9 @@
   const fromInput = (value) => (value ? value + (value.length === 16 ? ":00" : "") + "Z" : "");
 
   function message(text, isError) {
-    const el = $("h-message");
-    el.textContent = text || "";
-    el.className = isError ? "error" : "notice";
+    const line = $("h-message");
+    line.textContent = text || "";
+    line.className = isError ? "error" : "notice";
   }
 
   function params() {
@@ -59,11 +63,7 @@
     const select = $("h-group");
     const current = select.value;
     select.innerHTML = "";
-    data.groups.forEach((g) => {
-      const o = document.createElement("option");
-      o.value = g.group; o.textContent = g.group; o.dataset.first = g.first; o.dataset.last = g.last;
-      select.appendChild(o);
-    });
+    data.groups.forEach((g) => select.appendChild(el("option", { value: g.group, "data-first": g.first, "data-last": g.last }, g.group)));
     if (current) select.value = current;
     unprocessed = data.unprocessed_recordings || 0;
     showPending();
@@ -184,29 +184,12 @@
     try {
       const data = await getJson(compareBox.dataset.compareUrl + "json?" + compareParams().toString());
       const [a, b] = data.ranges;
-      const fmtv = (v) => (v === null || v === undefined ? "–" : Number(v).toLocaleString("en-US", { maximumFractionDigits: 1 }));
-      const table = document.createElement("table");
-      table.className = "compare-table";
-      table.dataset.role = "compare";
-      table.innerHTML = "<thead><tr><th></th><th>A</th><th>B</th></tr></thead>";
-      const body = document.createElement("tbody");
-      COMPARE_ROWS.forEach(([key, title]) => {
-        const tr = document.createElement("tr");
-        tr.dataset.figure = key;
-        const th = document.createElement("th");
-        th.scope = "row"; th.textContent = title;
-        tr.appendChild(th);
-        [a, b].forEach((r) => { const td = document.createElement("td"); td.dataset.range = r.range; td.textContent = fmtv(r[key]); tr.appendChild(td); });
-        body.appendChild(tr);
-      });
-      table.appendChild(body);
-      out.replaceChildren(table);
+      const rows = COMPARE_ROWS.map(([key, title]) => el("tr", { "data-figure": key }, el("th", { scope: "row" }, title),
+        [a, b].map((r) => el("td", { "data-range": r.range }, fmt(r[key], 1)))));
+      out.replaceChildren(el("table", { class: "compare-table", "data-role": "compare" },
+        el("thead", {}, el("tr", {}, el("th"), el("th", {}, "A"), el("th", {}, "B"))), el("tbody", {}, rows)));
     } catch (e) {
-      out.replaceChildren();
-      const p = document.createElement("p");
-      p.className = "error";
-      p.textContent = e.message;
-      out.appendChild(p);
+      out.replaceChildren(el("p", { class: "error" }, e.message));
     }
   }
 
@@ -265,10 +248,10 @@
       bad.title = skipped.map((s) => `${s.file}: ${s.reason}`).join("\n");
     }
     showPending();
-    const el = $("h-service");
-    el.textContent = service.paused ? "history paused: " + service.paused
+    const line = $("h-service");
+    line.textContent = service.paused ? "history paused: " + service.paused
       : service.state === "running" ? "live: the lag service folds new recordings in as they come" : "";
-    el.className = service.paused ? "error" : "hint";
+    line.className = service.paused ? "error" : "hint";
   }
 
   // The light poll: redraw only when the newest complete window moved.
@@ -323,4 +306,4 @@
   loadGroups().then(() => { followData(); return load(); })
     .then(watch).catch((e) => message(e.message, true))
     .finally(() => setInterval(watch, WATCH_MS));
-})();
+}
