@@ -290,6 +290,51 @@ def test_an_overlap_ends_when_the_new_owner_lets_go_after_one_of_two_old_owners_
     assert not any(m["overlap_ongoing"] for m in moves)
 
 
+def _moves(h, now):
+    return sorted((m["queue"], tuple(m["from"]), m["to"]) for r in h.snapshot(now)["rebalances"]
+                  for m in h.detail(r["id"], now)["moves"])
+
+
+def test_start_up_reports_arriving_out_of_order_record_only_the_real_moves():
+    """c1 took all of a:0-a:1 and b:0-b:1 alone (T0+100); c2, on a stale member list,
+    took all four (T0+150), then kept b:* (T0+300) while c1 kept a:* (T0+310). c2's
+    worker is quicker: its first report arrives before c1's. AVG left a:* with c1 all
+    along: only b:* moved, c1 -> c2, overlapping until c1 let go."""
+    h = GroupHandoffs()
+    every = ["a:0", "a:1", "b:0", "b:1"]
+    h.set_holding("c2", every, T0 + 150)          # arrives first
+    h.set_holding("c1", every, T0 + 100)          # older, arrives later
+    h.set_holding("c2", ["b:0", "b:1"], T0 + 300)
+    h.set_holding("c1", ["a:0", "a:1"], T0 + 310)
+    assert _moves(h, T0 + 1000) == [("b:0", ("c1",), "c2"), ("b:1", ("c1",), "c2")]
+    (rebalance,) = h.snapshot(T0 + 1000)["rebalances"]
+    assert (rebalance["overlap_ms"], rebalance["overlap_ongoing"]) == (160, False)
+    h.set_holding("c2", [], T0 + 2000)            # c2 killed: c1 takes b:* back, a real move again
+    h.set_holding("c1", every, T0 + 2100)
+    assert not any(r["overlap_ongoing"] for r in h.snapshot(T0 + 600_000)["rebalances"])
+
+
+def test_a_stale_holder_that_gave_the_queue_back_before_the_owners_report_arrived_is_no_move():
+    h = GroupHandoffs()
+    h.set_holding("c2", ["a:0"], T0 + 150)        # stale, arrives first
+    h.set_holding("c2", [], T0 + 300)             # and gives it back
+    h.set_holding("c1", ["a:0"], T0 + 100)        # the owner all along, reported late
+    assert _moves(h, T0 + 1000) == []
+
+
+def test_a_new_owner_that_lets_go_while_an_old_owner_holds_on_is_no_move_whatever_the_others_did():
+    """A holds b:0; B and then C take it on stale views; A lets go (to B); C lets go while
+    B holds on: A -> B moved, C's moment was no move (the queue stayed with B)."""
+    h = GroupHandoffs()
+    h.set_holding("A", ["b:0"], T0)
+    h.set_holding("B", ["b:0"], T0 + 100)
+    h.set_holding("C", ["b:0"], T0 + 200)
+    h.set_holding("A", [], T0 + 300)
+    h.set_holding("C", [], T0 + 400)
+    assert _moves(h, T0 + 1000) == [("b:0", ("A",), "B")]
+    assert h.snapshot(T0 + 1000)["totals"]["overlap_ms"] == 200
+
+
 def test_the_event_log_gets_a_move_once_it_is_settled():
     h = GroupHandoffs()
     h.set_holding("A", ["b:0"], T0)
@@ -370,3 +415,26 @@ def test_a_broker_offline_and_back_moves_its_queues_and_counts():
     # The broker's own queues only: a:0 never moved.
     assert {m["queue"] for r in back["rebalances"]
             for m in state.groups["G"].handoffs.detail(r["id"], T0 + 70_000)["moves"]} == {"b:0"}
+
+
+def test_a_route_refresh_that_saw_the_broker_change_before_the_lab_did_still_moves_its_queues():
+    """The consumer's route refresh beat the lab's broker event: it let go of b:0 (and took
+    it back) before the lab heard the broker went offline (came back)."""
+    state = LabState()
+    state.set_topic_queues("T", ["a:0", "b:0"])
+    state.brokers = {"a": True, "b": True}
+    state.add_group("G", "T", "push", "AVG")
+    state.add_client("B", "G", "push").status = "running"
+    mq = lambda label: MessageQueue.from_label("T", label)   # noqa: E731
+    state.apply(make_event("assignment", "G", "B", ts=T0, topic="T", queues=[mq("a:0"), mq("b:0")]))
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 1010, topic="T", queues=[mq("a:0")], reason="route"))
+    state.apply(make_event("broker", "", "", ts=T0 + 1000, broker="b", online=False, change="offline"))
+    gone = state.snapshot()["groups"]["G"]["handoffs"]
+    assert (gone["totals"]["rebalances"], gone["totals"]["moved"]) == (1, 1)
+    assert gone["rebalances"][0]["reason"] == "b offline"
+    state.apply(make_event("assignment", "G", "B", ts=T0 + 60_010, topic="T", queues=[mq("a:0"), mq("b:0")],
+                           reason="route"))
+    state.apply(make_event("broker", "", "", ts=T0 + 60_000, broker="b", online=True, change="online"))
+    back = state.snapshot()["groups"]["G"]["handoffs"]
+    assert (back["totals"]["rebalances"], back["totals"]["moved"]) == (2, 2)
+    assert back["rebalances"][-1]["reason"] == "b online" and back["totals"]["gap_ms"] == 59_000

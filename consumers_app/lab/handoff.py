@@ -173,7 +173,7 @@ class GroupHandoffs:
         self.window_ms = window_ms
         self.holding: dict[str, dict[str, int]] = {}         # queue -> client -> since
         self.held_by: dict[str, set[str]] = {}               # client -> queues
-        self.last_release: dict[str, tuple[str, int]] = {}   # queue -> (client, ts)
+        self.last_release: dict[str, tuple[str, int, int]] = {}   # queue -> (client, ts, since when it held it)
         self.pending: dict[str, list[Handoff]] = {}          # queue -> hand-offs whose old owner holds on
         self.tenures: dict[tuple[str, str], Tenure] = {}     # (queue, client) -> its latest tenure
         self.lag: dict[str, int] = {}
@@ -208,21 +208,33 @@ class GroupHandoffs:
         else:
             self.held_by.pop(client, None)
 
-    def broker_changed(self, queues, online: bool, cause: str) -> None:
-        """``queues`` (labels) went away with their broker, or came back with it."""
+    def broker_changed(self, queues, online: bool, cause: str, ts: int | None = None) -> None:
+        """``queues`` (labels) went away with their broker, or came back with it, at ``ts``.
+        A consumer's route refresh may have seen the change before this news got here: a
+        queue let go (or taken back) since ``ts`` moved because of it all the same."""
         for queue in queues:
+            holders = self.holding.get(queue, {})
+            last = self.last_release.get(queue)
             if online:
-                if self.gone.pop(queue, None) is not None:
+                if self.gone.pop(queue, None) is None:
+                    continue
+                owner, since = next(iter(holders.items())) if len(holders) == 1 else (None, None)
+                if ts is not None and owner is not None and since >= ts and (last is None or last[0] == owner):
+                    self._file(Handoff(queue, owner, [], since, 0, reason=cause,
+                                       released_ts=last[1] if last is not None else since))
+                else:
                     self.back[queue] = cause
             else:
                 self.back.pop(queue, None)
                 self.gone[queue] = cause
+                if ts is not None and not holders and last is not None and last[1] >= ts:
+                    self._file(Handoff(queue, "", [last[0]], last[1], 0, reason=cause, released_ts=last[1]))
 
     def _release(self, queue: str, client: str, ts: int) -> None:
         """``client`` stopped consuming ``queue`` (let go, died, was killed, hung, cut or
         expired): an overlap it was one of the two sides of ends here."""
-        self.holding.get(queue, {}).pop(client, None)
-        self.last_release[queue] = (client, ts)
+        since = self.holding.get(queue, {}).pop(client, ts)
+        self.last_release[queue] = (client, ts, since)
         if queue in self.gone and not self.holding.get(queue):
             # Its broker went offline: the queue moved to nobody (the route refresh took it away).
             self._file(Handoff(queue, "", [client], ts, 0, reason=self.gone[queue], released_ts=ts))
@@ -243,15 +255,11 @@ class GroupHandoffs:
             self.pending.pop(queue, None)
 
     def _new_owner_let_go(self, handoff: "Handoff", ts: int) -> None:
-        """The new owner let go before its old owners did. If none of them ever let go, the
-        queue never changed owner (a consumer's rebalance on a stale member list took it
-        for a moment): no move. Otherwise the overlap ends now."""
-        if handoff.waiting == set(handoff.from_):
-            self._withdraw(handoff)
-        else:
-            handoff.released_ts = ts
-            handoff.waiting = set()
-            self._touch(handoff)
+        """The new owner let go while an old owner still held on: the queue stays with that
+        old owner, as before the hand-off (a consumer's rebalance on a stale member list
+        took it for a moment), so it never changed owner: no move. (An old owner that let
+        go meanwhile passed it to the one still holding it: that hand-off is its own.)"""
+        self._withdraw(handoff)
 
     def _withdraw(self, handoff: "Handoff") -> None:
         if handoff.to_tenure is not None and handoff.to_tenure.into is handoff:
@@ -273,17 +281,28 @@ class GroupHandoffs:
 
     def _acquire(self, queue: str, client: str, ts: int) -> None:
         holders = self.holding.setdefault(queue, {})
-        others = sorted(c for c in holders if c != client)
+        # Reports of different consumers come through different workers, so one may arrive
+        # after a later one: by the clock, holders that took the queue after ``ts`` took it
+        # from this client (_held_first), not this client from them.
+        others = sorted(c for c, since in holders.items() if c != client and since <= ts)
+        later = sorted(c for c, since in holders.items() if c != client and since > ts)
         holders[client] = ts
         last = self.last_release.get(queue)
+        if last is not None and last[0] != client and last[2] > ts:
+            # Its last holder took it after this client did and has let go already: it gave
+            # the queue back to this client, who never let go: no move either way.
+            last = None
         cause = self.back.pop(queue, None)
         if cause is not None and not others and (last is None or last[0] == client):
             # Its broker is back: the queue moves from nobody (since it went away) to its owner.
             self._file(Handoff(queue, client, [], ts, 0, reason=cause,
                                released_ts=last[1] if last is not None else ts))
         if not others and last is not None and last[0] == client and (queue, client) in self.tenures:
-            return   # its owner back after a pause, nobody in between: the same tenure goes on
+            tenure = self.tenures[(queue, client)]   # its owner back after a pause, nobody in between:
+            self._held_first(queue, client, later, tenure)   # the same tenure goes on
+            return
         tenure = self.tenures[(queue, client)] = Tenure(client, ts)
+        self._held_first(queue, client, later, tenure)
         if others:
             handoff = Handoff(queue, client, others, ts, 0, waiting=set(others))
             self.pending.setdefault(queue, []).append(handoff)
@@ -298,6 +317,32 @@ class GroupHandoffs:
                 handoff.from_tenures.append(self.tenures[(queue, old)])
                 self.tenures[(queue, old)].out_of.append(handoff)
         self._file(handoff)
+
+    def _held_first(self, queue: str, client: str, later, tenure: Tenure) -> None:
+        """``client``'s report, come late, says it took ``queue`` before each of ``later``
+        (who still hold it) did: each of them took it from ``client`` too, while it held on.
+        A hand-off into one of them still waiting for its old owners gains ``client`` as
+        one more; one that took the queue as its first owner gets its hand-off now. (One
+        into it that has settled already stays as it is: the event log has it.)"""
+        for new in later:
+            pending = next((h for h in self.pending.get(queue, ()) if h.to == new), None)
+            if pending is not None:
+                if client not in pending.from_:
+                    pending.from_ = sorted([*pending.from_, client])
+                    pending.waiting.add(client)
+                    pending.from_tenures.append(tenure)
+                    tenure.out_of.append(pending)
+                    self._touch(pending)
+                continue
+            new_tenure = self.tenures.get((queue, new))
+            if new_tenure is None or new_tenure.into is not None:
+                continue
+            handoff = Handoff(queue, new, [client], self.holding[queue][new], 0, waiting={client})
+            handoff.to_tenure, new_tenure.into = new_tenure, handoff
+            handoff.from_tenures.append(tenure)
+            tenure.out_of.append(handoff)
+            self.pending.setdefault(queue, []).append(handoff)
+            self._file(handoff)
 
     def _touch(self, handoff: Handoff) -> None:
         """Its figures moved: report it (take_changed) and remake its rebalance's summary."""

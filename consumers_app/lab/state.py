@@ -316,7 +316,7 @@ class LabState:
                 continue   # pop clients ask the broker for their assignment every 5 s instead
             if event.change in ("online", "offline") and event.broker:
                 g.handoffs.broker_changed([x for x in self.topics.get(g.topic, ()) if broker_of(x) == event.broker],
-                                          event.change == "online", f"{event.broker} {event.change}")
+                                          event.change == "online", f"{event.broker} {event.change}", event.ts)
             if event.topic in (None, "", g.topic):
                 # A consumer's refresh may have seen it before this event got here.
                 g.route_change = {"ts": event.ts, "change": event.change, "broker": event.broker or "",
