@@ -193,6 +193,34 @@ def test_a_move_to_or_from_a_peer_is_not_measured_rather_than_zero():
     assert (detail["duplicates"], detail["unmeasured"]) == (2, 1)
 
 
+def test_duplicates_nobody_could_measure_are_null_in_the_summary_the_totals_and_the_api_never_0():
+    from consumers_app.lab.handoff import handoff_events, rebalance_detail
+
+    state = LabState()
+    state.add_group("G", "T", "push", "AVG")
+    state.add_client("A", "G", "push").status = "running"
+    peer = state.add_client("P", "G", "push")
+    peer.status, peer.client = "running", "ali-ons"
+    mq = MessageQueue("T", "b", 0)
+    state.apply(make_event("assignment", "G", "A", ts=T0, topic="T", queues=[mq]))
+    state.apply(make_event("fault", "G", "A", ts=T0 + 10, fault="kill"))
+    state.client_gone("A", "killed")
+    state.set_assignment("G", "P", ["b:0"])
+    handoffs = state.snapshot()["groups"]["G"]["handoffs"]
+    (rebalance,) = handoffs["rebalances"]
+    assert (rebalance["duplicates"], rebalance["unmeasured"], rebalance["moved"]) == (None, 1, 1)
+    assert (handoffs["totals"]["duplicates"], handoffs["totals"]["unmeasured"]) == (None, 1)
+    detail = rebalance_detail(state.groups["G"], rebalance["id"])
+    assert detail["duplicates"] is None and detail["moves"][0]["duplicates"] is None
+    (event,) = handoff_events(state.groups["G"], T0 + 1000)
+    assert event.to_dict()["duplicates"] == -1   # the event log's "not measured" (never 0)
+    # Counters that only grow count the measured ones: none here.
+    state.groups["G"].totals.fold([rebalance], rebalance["end_ts"] + 60_000)
+    assert state.groups["G"].totals.snapshot()["duplicates"] == 0
+    # Nothing moved at all: 0 duplicates is the truth, not unknown.
+    assert GroupHandoffs().snapshot(T0)["totals"]["duplicates"] == 0
+
+
 def test_lab_state_knows_peers_report_no_offsets():
     state = LabState()
     state.add_group("G", "T", "push", "AVG")

@@ -39,6 +39,12 @@ LAG_WATCH_MS = 30_000        # how long after a hand-off its lag spike is watche
 MAX_REBALANCES = 500         # kept per group, newest last (a floor under the window)
 
 
+def measured_sum(values):
+    """The sum of the figures that were measured (not None); None when none was."""
+    measured = [v for v in values if v is not None]
+    return sum(measured) if measured else None
+
+
 class Tenure:
     """One client's time holding one queue, and the offsets it consumed meanwhile (sorted,
     disjoint [start, end) ranges). Consumption reported after it let go (results of
@@ -132,7 +138,8 @@ class Rebalance:
             "id": self.id, "ts": self.ts, "end_ts": self.last_ts,
             "reason": ", ".join(self.reasons),
             "moved": len(moves),
-            "duplicates": sum(m["duplicates"] or 0 for m in moves),
+            # Of the measured moves; None (not measured) when every move is to or from a peer.
+            "duplicates": measured_sum(m["duplicates"] for m in moves),
             "unmeasured": sum(m["duplicates"] is None for m in moves),   # moves to or from a peer
             "gap_ms": max((m["gap_ms"] for m in moves), default=0),
             "overlap_ms": max((m["overlap_ms"] for m in moves), default=0),
@@ -156,6 +163,7 @@ class SavedRebalance:
                  for m in detail["moves"]]
         self.id, self.ts, self.last_ts = detail["id"], detail["ts"], detail["end_ts"]
         self._detail = {**detail, "moves": moves, "overlap_ongoing": False,
+                        "duplicates": measured_sum(m["duplicates"] for m in moves),
                         "overlap_ms": max((m["overlap_ms"] for m in moves), default=0)}
         self._summary = {k: v for k, v in self._detail.items() if k != "moves"}
 
@@ -444,7 +452,7 @@ class GroupHandoffs:
             "totals": {
                 "rebalances": len(summaries),
                 "moved": sum(s["moved"] for s in summaries),
-                "duplicates": sum(s["duplicates"] for s in summaries),
+                "duplicates": measured_sum(s["duplicates"] for s in summaries) if summaries else 0,
                 "unmeasured": sum(s.get("unmeasured", 0) for s in summaries),   # moves to or from a peer
                 "gap_ms": max((s["gap_ms"] for s in summaries), default=0),
                 "overlap_ms": max((s["overlap_ms"] for s in summaries), default=0),
@@ -479,7 +487,8 @@ class GroupHandoffs:
 
 def handoff_events(group, now_ms: int) -> list:
     """``handoff`` events for a GroupState's hand-offs whose figures moved (event log only;
-    a move to or from a peer records -1 duplicates: not measured)."""
+    a move to or from a peer records -1 duplicates: not measured. Not null: an event's
+    to_dict leaves a None field out, and the log's readers expect the field)."""
     return [make_event("handoff", group.name, h["to"], ts=now_ms, topic=group.topic,
                        queue=MessageQueue.from_label(group.topic, h["queue"]), from_clients=h["from"],
                        rebalance=h["rebalance"], added_ts=h["added_ts"], released_ts=h["released_ts"],

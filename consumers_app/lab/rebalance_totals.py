@@ -60,7 +60,7 @@ class RebalanceTotals:
             self._counted.add(s["id"])
             self.rebalances += 1
             self.moved += s["moved"]
-            self.duplicates += s["duplicates"]
+            self.duplicates += s["duplicates"] or 0   # None: no move of it measured
             self.unmeasured += s["unmeasured"]
             self.gap.observe(s["gap_ms"] / 1000)
             self.overlap.observe(s["overlap_ms"] / 1000)
