@@ -112,7 +112,7 @@ def test_a_consumer_keeps_its_colour_while_others_come_and_go_and_close_marks_cl
 
     now = lambda: page.evaluate("Date.now()")   # noqa: E731 - the page's clock, as the strip's
     # A kill, then (once its rebalance is over: 3 s quiet, handoff.py) an add: consumers come
-    # and go, and two rebalances follow each other within a cluster's 18 s.
+    # and go, and two rebalances follow each other within a cluster's gap (18 px of the strip: ~10 s here).
     victim = others[0]
     killed_at = now()
     assert api(page, "POST", f"/api/consumers/{victim}/kill", {})["status"] == 200
@@ -128,11 +128,13 @@ def test_a_consumer_keeps_its_colour_while_others_come_and_go_and_close_marks_cl
     assert len({after[c] for c in survivors}) == len(survivors), after   # each its own colour
 
     def close_pair():
+        """Two neighbours closer than the strip's cluster gap (its width's 18 px) - in one cluster."""
+        gap = int(page.get_attribute(strip, "data-cluster-ms"))
         marks = page.eval_on_selector_all(f"{strip} .rebalance-mark", """(ms) => ms.map((m) => ({
             id: m.dataset.rebalanceId, ts: Number(m.dataset.ts),
             cluster: m.closest(".rebalance-cluster")?.dataset.ids || null }))""")
         marks.sort(key=lambda m: m["ts"])
-        return next(([a, b] for a, b in zip(marks, marks[1:]) if b["ts"] - a["ts"] < 18_000), None)
+        return next(([a, b] for a, b in zip(marks, marks[1:]) if b["ts"] - a["ts"] < gap), None)
 
     pair = wait_until(close_pair, timeout=30, message="two rebalances close together")
     assert pair[0]["cluster"] and pair[0]["cluster"] == pair[1]["cluster"], pair

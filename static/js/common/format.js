@@ -30,3 +30,22 @@ export function clock(ts) {
   }
   return clockTexts.get(ts);
 }
+
+// A name cut to at most `max` characters, its ends kept (the end more: queue numbers,
+// pids), "…" where the middle was; the whole name belongs in a title attribute beside it.
+export function shortName(name, max = 16) {
+  const text = String(name);
+  if (text.length <= max) return text;
+  const tail = Math.ceil((max - 1) * 0.6), head = max - 1 - tail;
+  return `${text.slice(0, head)}…${text.slice(-tail)}`;
+}
+
+// A RocketMQ client id (IP@instance, e.g. a peer's 192.0.2.2@ali-ons-13877) as short: its
+// instance is what tells two clients of one machine apart, so it is kept when it fits.
+export function shortCid(cid, max = 16) {
+  const text = String(cid);
+  if (text.length <= max) return text;
+  const at = text.lastIndexOf("@");
+  if (at > 0 && text.length - at < max) return `…${text.slice(at)}`;
+  return shortName(text, max);
+}

@@ -2,6 +2,7 @@
 // one [data-queue] element per queue carrying data-owners and data-state. Views are keyed
 // DOM: a queue's elements are built once and afterwards only the attributes that changed
 // are written, so a frame costs what changed, not the size of the group.
+import { colourAll } from "./colours.js";
 import { GridView } from "./grid.js";
 import { MatrixView } from "./matrix.js";
 import { consumersOf, ownerIndex } from "./queues.js";
@@ -18,6 +19,7 @@ export const dropView = (name) => views.delete(name);
 // `queues`: the group's queue labels in order; `moves`: the what-if's queues that would move (label -> move).
 export function updateAssignmentView(card, g, queues, series, moves) {
   const consumers = consumersOf(g);
+  colourAll(consumers);   // first sight of a consumer gives it its colour for the page's life
   const Kind = queues.length > MATRIX_MAX_QUEUES || consumers.length > MATRIX_MAX_CONSUMERS ? GridView : MatrixView;
   let view = views.get(g.name);
   if (!(view instanceof Kind)) {

@@ -6,22 +6,23 @@ import { callApi } from "./actions.js";
 import { canControl } from "./config.js";
 import { lab } from "./model.js";
 import { disabledReason } from "./panels.js";
-import { isSystemTopic } from "./queues.js";
+import { labTopic, userTopics } from "./queues.js";
 
 export function renderLabControls() {
   if (!canControl) return;
+  const brokerNames = Object.keys(lab.brokers).sort(javaOrder);
   // The user's topics only: a group's %RETRY% and %DLQ% topics are the broker's, never a
-  // target of a rate, a burst or a queue change (and sort first in Java's order).
-  const topics = Object.keys(lab.topics).filter((t) => !isSystemTopic(t)).sort(javaOrder);
+  // target of a rate, a burst or a queue change (and sort first in Java's order). A menu
+  // starts on the lab's topic, and keeps the user's pick while it exists.
+  const topics = userTopics(Object.keys(lab.topics), brokerNames);
   for (const select of document.querySelectorAll(".topic-select")) {
     const values = [...select.options].map((o) => o.value).join(",");
     if (values !== topics.join(",")) {
-      const keep = select.value;
+      const keep = select.dataset.picked;
       select.replaceChildren(...topics.map((t) => el("option", { value: t }, t)));
-      if (topics.includes(keep)) select.value = keep;
+      select.value = topics.includes(keep) ? keep : labTopic(topics, lab.producers, lab.groups);
     }
   }
-  const brokerNames = Object.keys(lab.brokers).sort(javaOrder);
   const brokerSelect = document.querySelector(".broker-select");
   if ([...brokerSelect.options].slice(1).map((o) => o.value).join(",") !== brokerNames.join(",")) {
     const keep = brokerSelect.value;
@@ -58,6 +59,9 @@ export function listenToLabControls() {
   if (!canControl) return;
   const producerForm = document.getElementById("producer-form");
   producerForm.querySelector(".topic-select").addEventListener("change", updateProducerRate);
+  for (const select of document.querySelectorAll(".topic-select")) {
+    select.addEventListener("change", () => { select.dataset.picked = select.value; });   // the user's pick stays
+  }
   producerForm.addEventListener("submit", (event) => {
     event.preventDefault();
     const f = new FormData(producerForm);

@@ -5,11 +5,14 @@
 // the consumers' own consumed offsets) and the lag spike. The totals line sums the window.
 import { el, setAttr, setClass, setData, setStyle, setText } from "../common/dom.js";
 import { clock, fmt, fmtMs, plural } from "../common/format.js";
+import { clusterByGap, gapFor } from "../common/clusters.js";
 import { request } from "./api.js";
 import { changedCount } from "./queues.js";
 
 const HANDOFF_WINDOW_MS = 15 * 60 * 1000;
-const CLUSTER_MS = HANDOFF_WINDOW_MS * 0.02;   // 18 s: 2% of the strip's width
+// Marks whose centres are closer than this on the strip are one cluster: a cluster's head
+// is 16 px wide, a mark 8 px, so two such never touch. Never less than 5 s apart either.
+const MARK_GAP_PX = 18, MIN_CLUSTER_MS = 5000;
 const openRebalance = new Map();   // group name -> {id, stamp, loading}
 
 function handoffTotalsLine(t) {
@@ -56,11 +59,15 @@ export function showHandoffs(card, g) {
   const strip = card.querySelector('[data-role="rebalances"]');
   const now = Date.now();
   const left = (ts) => `left:${Math.max(0, Math.min(100, 100 - ((now - ts) / HANDOFF_WINDOW_MS) * 100)).toFixed(2)}%`;
-  // Marks closer than CLUSTER_MS are one cluster (a button with their count, listing them
+  // Marks closer than MARK_GAP_PX are one cluster (a button with their count, listing them
   // on a click): marks on top of each other would hide all but the top one, and it
-  // would swallow the clicks. The clusters follow from the times alone: stable as the
-  // strip scrolls, rebuilt only when a rebalance comes or goes.
-  const clusters = clustersOf(rebalances);
+  // would swallow the clicks. As the strip scrolls every mark moves alike, so the clusters
+  // follow from the times and the strip's width alone: rebuilt only when a rebalance
+  // comes or goes, or the card is resized.
+  const width = stripWidth(strip);
+  const clusterMs = Math.max(MIN_CLUSTER_MS, gapFor(HANDOFF_WINDOW_MS, width, MARK_GAP_PX));
+  setData(strip, "clusterMs", String(Math.round(clusterMs)));
+  const clusters = clusterByGap(rebalances, (r) => r.ts, clusterMs);
   const shape = clusters.map((c) => c.map((r) => r.id).join(",")).join("|");
   if (strip.dataset.shape !== shape) {
     const openList = strip.querySelector('.rebalance-cluster:not(.closed)')?.dataset.ids;
@@ -71,14 +78,16 @@ export function showHandoffs(card, g) {
   for (const cluster of strip.querySelectorAll(".rebalance-cluster")) {
     const members = rebalances.filter((r) => cluster.dataset.ids.split(",").includes(String(r.id)));
     const head = cluster.querySelector(".rebalance-cluster-head");
-    setStyle(cluster, left(members[0].ts));
-    setClass(cluster, "late", now - members[0].ts < HANDOFF_WINDOW_MS / 2);   // its list opens leftwards
+    // At its members' middle: neighbours are at least a gap past its first and last.
+    const middle = (members[0].ts + members[members.length - 1].ts) / 2;
+    setStyle(cluster, left(middle));
+    setClass(cluster, "late", now - middle < HANDOFF_WINDOW_MS / 2);   // its list opens leftwards
     setClass(cluster, "dupes", members.some((r) => r.duplicates > 0));
     setAttr(head, "title", `${members.length} rebalances ${clock(members[0].ts)}–${clock(members[members.length - 1].ts)}, ` +
       `${plural(members.reduce((n, r) => n + r.moved, 0), "queue")} moved: click for the list`);
   }
-  const marks = [...strip.querySelectorAll(".rebalance-mark")];
-  rebalances.forEach((r, i) => {
+  const marks = [...strip.querySelectorAll(".rebalance-mark")];   // in the clusters' order
+  clusters.flat().forEach((r, i) => {
     const mark = marks[i];
     const inCluster = Boolean(mark.closest(".rebalance-cluster"));
     mark.onclick = () => {
@@ -104,14 +113,17 @@ export function showHandoffs(card, g) {
   setClass(strip, "no-rebalances", !rebalances.length);   // not "empty": that class is the groups' placeholder
 }
 
-function clustersOf(rebalances) {
-  const clusters = [];
-  for (const r of rebalances) {
-    const last = clusters[clusters.length - 1];
-    if (last && r.ts - last[last.length - 1].ts < CLUSTER_MS) last.push(r);
-    else clusters.push([r]);
+// The strip's width, as a ResizeObserver last saw it (no layout read per frame); a hidden
+// strip (no rebalances yet) is as wide as its card.
+const stripWidths = new ResizeObserver((entries) => {
+  for (const entry of entries) entry.target.observedWidth = entry.contentRect.width;
+});
+function stripWidth(strip) {
+  if (strip.observedWidth === undefined) {
+    stripWidths.observe(strip);
+    strip.observedWidth = strip.clientWidth;
   }
-  return clusters;
+  return strip.observedWidth || strip.parentElement.clientWidth;
 }
 
 function rebalanceMark() {

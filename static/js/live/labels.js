@@ -1,6 +1,6 @@
 // Small pieces that name a consumer or a queue, shared by the matrix, the grid and the card.
 import { el } from "../common/dom.js";
-import { MIB, fmt, fmtTimeLag } from "../common/format.js";
+import { MIB, fmt, fmtTimeLag, shortCid } from "../common/format.js";
 
 export const noopText = (n) => `${n} no-op rebalance${n === 1 ? "" : "s"}`;
 
@@ -8,11 +8,10 @@ export const noopText = (n) => `${n} no-op rebalance${n === 1 ? "" : "s"}`;
 export const faultsOf = (c) => [c.slow_ms ? `slow ${c.slow_ms} ms` : "", c.fail_ratio ? `fail ${Math.round(c.fail_ratio * 100)}%` : ""]
   .filter(Boolean);
 
-// A long client id (a peer's 192.0.2.2@ali-ons-13877) shortened to its ends, the whole on
-// hover: the matrix stays inside its card.
-const CID_MAX = 14;
-export const shortCid = (cid) => (cid.length > CID_MAX ? `${cid.slice(0, 6)}…${cid.slice(-6)}` : cid);
+export { shortCid };
 
+// A long client id (a peer's 192.0.2.2@ali-ons-13877) shortened (format.js shortCid), the
+// whole on hover: the matrix stays inside its card.
 export function cidLabel(cid) {
   const short = shortCid(cid);
   return el("span", { class: "cid", title: short === cid ? null : cid, "data-cid": cid }, short);

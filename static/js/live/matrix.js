@@ -96,7 +96,8 @@ export class MatrixView {
 
   paintHead(th, label, facts, pop) {
     const { owners, state, owner } = facts;
-    const note = pop ? (owners.length > 2 ? `${owners.length} consumers` : owners.map(shortCid).join(", ") || "no pops")
+    // Short ids (the whole in the title); lab.css keeps the note as narrow as the queue's label.
+    const note = pop ? (owners.length > 1 ? `${owners.length} consumers` : owners.length ? shortCid(owners[0]) : "no pops")
       : state === "owned" ? shortCid(owner) : state === "contested" ? `${owners.length} owners` : "unowned";
     setClassName(th, `queue-head ${state}`);
     setData(th, "state", state);

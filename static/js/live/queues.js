@@ -104,7 +104,21 @@ export function deepest(queues, totals, max) {
 // Queues a rebalance took or released.
 export const changedCount = (r) => (r.changed || []).length + (r.added || []).length + (r.removed || []).length;
 
-// RocketMQ's own topics (TopicValidator's system topics, the groups' retry and dead-letter ones).
+// RocketMQ's own topics: TopicValidator's system topics, the groups' retry and dead-letter
+// ones (%RETRY%G, %DLQ%G), rmq_sys_* and RMQ_SYS_*, and the default cluster's own.
 const SYSTEM_TOPICS = new Set(["SCHEDULE_TOPIC_XXXX", "TBW102", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "BenchmarkTest",
-  "TRANS_CHECK_MAX_TIME_TOPIC"]);
-export const isSystemTopic = (t) => t.startsWith("%") || SYSTEM_TOPICS.has(t) || /^(RMQ_SYS_|rmq_sys_)/.test(t);
+  "TRANS_CHECK_MAX_TIME_TOPIC", "CHECKPOINT_TOPIC", "DefaultHeartBeatSyncerTopic", "DefaultCluster"]);
+export const isSystemTopic = (t) => t.startsWith("%") || SYSTEM_TOPICS.has(t) || /^(RMQ_SYS_|rmq_sys_)/i.test(t);
+
+// The topics a user may send to or resize, in Java's order: never RocketMQ's own, nor a
+// broker's name (a broker registers a topic of its own name).
+export const userTopics = (topics, brokers = []) =>
+  topics.filter((t) => !isSystemTopic(t) && !brokers.includes(t)).sort(javaOrder);
+
+// The topic a menu starts on: the lab's own (its producer's; else its first group's), not
+// whichever sorts first.
+export function labTopic(topics, producers = {}, groups = {}) {
+  const candidates = [...Object.keys(producers).sort(javaOrder),
+    ...Object.keys(groups).sort(javaOrder).map((name) => groups[name].topic)];
+  return candidates.find((t) => topics.includes(t)) ?? topics[0] ?? "";
+}

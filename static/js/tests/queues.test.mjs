@@ -1,7 +1,7 @@
 // What a group's state says about its queues (live/queues.js).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { consumersOf, isAlive, isSystemTopic, ownerIndex, pqTotals, queueFacts, queuesOf } from "../live/queues.js";
+import { consumersOf, isAlive, isSystemTopic, labTopic, ownerIndex, pqTotals, queueFacts, queuesOf, userTopics } from "../live/queues.js";
 
 const group = (fields) => ({ mode: "push", clients: {}, assignments: {}, queues: {}, pq: {}, pops: {}, ...fields });
 
@@ -50,4 +50,15 @@ test("system topics are the broker's own", () => {
   assert.ok(isSystemTopic("%RETRY%GID_LAB"));
   assert.ok(isSystemTopic("RMQ_SYS_TRACE_TOPIC"));
   assert.ok(!isSystemTopic("TopicTest"));
+});
+
+test("topic menus offer the user's topics only, and start on the lab's", () => {
+  const all = ["%RETRY%GID_LAB", "%DLQ%GID_LAB", "SCHEDULE_TOPIC_XXXX", "TBW102", "rmq_sys_wheel_timer", "RMQ_SYS_TRACE_TOPIC",
+    "broker-a", "Alpha", "TopicTest", "OFFSET_MOVED_EVENT"];
+  const offered = userTopics(all, ["broker-a", "broker-b"]);
+  assert.deepEqual(offered, ["Alpha", "TopicTest"]);
+  assert.equal(labTopic(offered, { TopicTest: { rate: 200 } }, {}), "TopicTest");
+  assert.equal(labTopic(offered, {}, { GID_LAB: { topic: "TopicTest" } }), "TopicTest");
+  assert.equal(labTopic(offered, { "%RETRY%GID_LAB": {} }, {}), "Alpha");   // no lab topic offered: the first
+  assert.equal(labTopic([], {}, {}), "");
 });
