@@ -466,3 +466,26 @@ def test_a_route_refresh_that_saw_the_broker_change_before_the_lab_did_still_mov
     back = state.snapshot()["groups"]["G"]["handoffs"]
     assert (back["totals"]["rebalances"], back["totals"]["moved"]) == (2, 2)
     assert back["rebalances"][-1]["reason"] == "b online" and back["totals"]["gap_ms"] == 59_000
+
+
+def test_a_group_dropped_when_left_empty_keeps_its_story_for_the_window_and_the_next_start():
+    from consumers_app.events import now_ms
+    from consumers_app.lab.controller import LabController
+
+    controller = LabController("127.0.0.1:1", gone_grace_s=0)
+    t0 = now_ms() - 60_000   # inside the window: the story is kept for 15 minutes of the clock
+    group = controller.state.add_group("G", "T", "push", "AVG")
+    group.handoffs.set_holding("A", ["b:0"], t0)
+    group.handoffs.set_holding("A", [], t0 + 10)
+    group.handoffs.set_holding("B", ["b:0"], t0 + 20)
+    group.handoffs.set_holding("B", [], t0 + 30)
+    moved = controller.handoff_stories()["G"]["rebalances"]
+    assert len(moved) == 1
+    controller.collect_garbage()
+    controller.collect_garbage()   # empty since the last look, then dropped
+    assert "G" not in controller.state.groups
+    # Still saved (the next start restores it), and back on the page if the group comes back.
+    assert [r["id"] for r in controller.handoff_stories()["G"]["rebalances"]] == [moved[0]["id"]]
+    controller._watchers["G"] = None   # no membership watch in a unit test
+    again = controller._create_group("G", "T", "push", "AVG")
+    assert [r["id"] for r in again.handoffs.snapshot(t0 + 1000)["rebalances"]] == [moved[0]["id"]]

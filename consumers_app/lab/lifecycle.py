@@ -14,6 +14,7 @@ from consumers_app.message_queue import broker_of
 from consumers_app.protocol import lab, lab_grpc
 
 from . import bus
+from .handoff import WINDOW_MS
 from .actions import disabled, valid_mode
 from .peers import OURS, PEER_CLIENTS
 from .scenario import ConsumerFaults, GroupSpec, Scenario
@@ -134,12 +135,24 @@ class LabLifecycle:
             if cached is None or cached[0] != g.handoffs.version or ongoing:
                 cached = self._story_cache[name] = (g.handoffs.version, g.handoffs.saved(now))
             stories[name] = cached[1]   # the same text when nothing moved: the file is not written again
-        # A saved group not started again (yet) keeps its story until the window forgets it.
-        return {**{n: s for n, s in self._saved_handoffs.items() if n not in stories}, **stories}
+        # A saved group not started again (yet), or dropped when it was left empty, keeps its
+        # story until the window forgets it.
+        horizon = now - WINDOW_MS
+        for name, story in list(self._saved_handoffs.items()):
+            if name in stories or not any(r.get("end_ts", 0) >= horizon for r in story.get("rebalances", ())):
+                del self._saved_handoffs[name]
+        return {**self._saved_handoffs, **stories}
 
     def collect_garbage(self) -> None:
-        """Forget consumers gone for longer than the grace period and groups left empty."""
+        """Forget consumers gone for longer than the grace period and groups left empty (a
+        group's hand-off story stays: the page shows it again if the group comes back, and
+        it is saved for the next start, until the window forgets it)."""
+        groups = dict(self.state.groups)
         for name in self.state.collect_garbage(time.monotonic(), self.gone_grace_s):
+            group = groups[name]
+            if not group.observed and group.handoffs.rebalances:
+                self._saved_handoffs[name] = group.handoffs.saved(now_ms())
+            self._story_cache.pop(name, None)
             watcher = self._watchers.pop(name, None)
             if watcher is not None:
                 watcher.cancel()
