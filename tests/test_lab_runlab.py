@@ -1,4 +1,6 @@
 """``manage.py runlab`` as a user runs it: broker, web and lab up, a login URL, a clean stop."""
+import time
+
 from .runlab import Server, children_of, migrated_env, pid_alive, start_lab, wait_for_three
 from .support import free_port
 
@@ -15,8 +17,11 @@ def test_runlab_starts_everything_prints_a_login_url_and_stops_cleanly(tmp_path)
         helpers = children_of(lab.process.pid)   # the broker and the worker processes
         assert len(helpers) == 3
     finally:
+        stopping = time.monotonic()
         code = lab.stop()
+        took = time.monotonic() - stopping
     assert code == 0, "".join(lab.lines)
+    assert took < 10, f"a Ctrl-C took {took:.1f} s: " + "".join(lab.lines)
     assert "Rebalance Lab stopped" in "".join(lab.lines)
     # Workers told to shut down are not "lost": none replaced, none waited out and killed.
     assert not [x for x in lab.lines if "replacing worker" in x or "did not exit" in x], "".join(lab.lines)

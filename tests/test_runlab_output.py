@@ -33,3 +33,17 @@ def test_a_port_in_use_is_named_with_its_flag_or_the_next_free_one_is_used():
         assert chosen != port and f"port {port} (--namesrv-port) is in use, using {chosen}" in command.stdout._out.getvalue()
         # Not offered twice: the next flag gets another.
         assert command.free_port("127.0.0.1", "--remoting-port", None, chosen) not in (port, chosen)
+
+
+def test_once_the_lab_is_stopping_what_spark_says_about_its_stop_is_not_printed():
+    out = io.StringIO()
+    lines = JavaTraceLines(out)
+    lines.stopping = True
+    for line in ["[lag] 12:00:01 ERROR Executor: Exception in task 0.0 in stage 3.0 (TID 5)\n",
+                 "[lag] java.util.concurrent.RejectedExecutionException: Task rejected from pool\n",
+                 "[lag] \tat java.base/java.util.concurrent.ThreadPoolExecutor.reject(ThreadPoolExecutor.java:2065)\n",
+                 "[lag] 12:00:01 WARN TaskSetManager: Lost task 1.0 in stage 3.0\n",
+                 "[lag] py4j.protocol.Py4JError: An error occurred while calling o42.collect\n",
+                 "[lag] lag service stopped\n"]:
+        lines.write(line)
+    assert out.getvalue().splitlines() == ["[lag] lag service stopped"]

@@ -3,6 +3,7 @@
 Shared by ``runweb`` and ``runlab`` (which also starts the broker first, or attaches to
 an existing cluster instead). Progress goes to ``out`` as the plain lines the README shows.
 """
+import asyncio
 import json
 from pathlib import Path
 
@@ -143,11 +144,16 @@ class LabRuntime:
         return line
 
     async def stop(self) -> None:
-        if self.lag_service is not None:
-            await self.lag_service.stop()
+        # The lag service stops alongside the lab, not before it: its pass in progress
+        # (cut short, which loses nothing) must not hold the rest of the stop up.
+        lag = asyncio.ensure_future(self.lag_service.stop()) if self.lag_service is not None else None
         self.say("stopping workers…")
-        await self.controller.stop()
-        if self.broker is not None:   # last: the consumers have said goodbye and committed
-            await self.broker.stop()
-        if self.cluster is not None:
-            await self.cluster.close()
+        try:
+            await self.controller.stop()
+            if self.broker is not None:   # last: the consumers have said goodbye and committed
+                await self.broker.stop()
+            if self.cluster is not None:
+                await self.cluster.close()
+        finally:
+            if lag is not None:
+                await lag

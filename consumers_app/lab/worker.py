@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 EVENT_BATCH_INTERVAL = 0.05
 STOP_TIMEOUT = 5.0        # one consumer's stop or kill
-SHUTDOWN_TIMEOUT = 10.0   # every client, when the worker exits
+SHUTDOWN_TIMEOUT = 5.0    # every client, when the worker exits (a cut one's goodbye never gets out)
 
 
 class CommandError(Exception):

@@ -65,6 +65,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, no_scenario, broker_arg, client_option, workers, fresh, namesrv_port,
                remoting_port, namesrv, topic, **options):
+        self.lag_lines = JavaTraceLines(self.stdout)   # the lag service's output, as the terminal gets it
         try:
             client_options = parse_client_options(client_option)
         except ValueError as exc:
@@ -104,7 +105,13 @@ class Command(BaseCommand):
                 runtime = LabRuntime(settings.LAB_BROKER, broker=self.broker_process(broker_args),
                                      broker_data_dir=settings.BASE_DIR / broker_options.data_dir,
                                      commitlog_budget=broker_options.retention_mb << 20, **common)
-            ok = run_web(host, port, on_start=runtime.start, on_stop=runtime.stop)
+
+            async def stop() -> None:
+                # What Spark says while it is being stopped is the stop working, not news.
+                self.lag_lines.stopping = True
+                await runtime.stop()
+
+            ok = run_web(host, port, on_start=runtime.start, on_stop=stop)
         finally:
             lock.release()
         self.stdout.write("Rebalance Lab stopped")
@@ -158,7 +165,7 @@ class Command(BaseCommand):
     def lag_service_process(self) -> LagServiceProcess:
         # Verbosity 0: runlab's output shows when the service pauses or resumes, not every pass.
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "lagservice", "--verbosity", "0"]
-        return LagServiceProcess(argv, cwd=settings.BASE_DIR, out=JavaTraceLines(self.stdout))
+        return LagServiceProcess(argv, cwd=settings.BASE_DIR, out=self.lag_lines)
 
     @staticmethod
     async def login_url(url: str) -> str:
@@ -185,17 +192,24 @@ def _free(host: str, port: int) -> bool:
 
 
 class JavaTraceLines:
-    """The lag service's output with Java stack traces cut to their first line: Spark says
-    RejectedExecutionException with fifty lines of frames when it is stopped mid-job, and
-    that is the stop working, not news. Everything else passes as it is."""
+    """The lag service's output with Java stack traces cut to their first line. Once the
+    lab is ``stopping``, its errors go too: Spark says RejectedExecutionException (and logs
+    an ERROR per task it drops) when it is stopped mid-job, and that is the stop working,
+    not news. Everything else passes as it is."""
 
     FRAME = re.compile(r"^(\[[\w-]+\] )?(\s+at \S|\s*\.\.\. \d+ more|Caused by: |\s+Suppressed: )")
+    # An exception's first line (java.util.concurrent.RejectedExecutionException: ...,
+    # py4j.protocol.Py4JError: ...) or a Spark log line of level ERROR or WARN.
+    ERROR = re.compile(r"^(\[[\w-]+\] )?([\w$]+\.)*[\w$]*(Exception|Error)(: |$)"
+                       r"|^(\[[\w-]+\] )?(\d\d:\d\d:\d\d )?(ERROR|WARN) ")
 
     def __init__(self, out):
         self.out = out
+        self.stopping = False
 
     def write(self, text: str) -> None:
-        kept = [line for line in text.splitlines(keepends=True) if not self.FRAME.match(line)]
+        kept = [line for line in text.splitlines(keepends=True)
+                if not self.FRAME.match(line) and not (self.stopping and self.ERROR.match(line))]
         if kept:
             self.out.write("".join(kept))
 
