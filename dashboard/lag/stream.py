@@ -48,7 +48,7 @@ from . import tail
 from .job import (EVENTS, MINUTE, QUEUE_KEYS, SNAPSHOTS, TABLE_HAS_RES, JobParams, JobResult, LagJob,
                   _merge_windows, aggregate_samples, compute_flow_control, compute_marks, compute_owner_windows,
                   compute_queue_windows, compute_rebalances, group_per_ts, group_windows_from, list_recordings,
-                  queue_points)
+                  queue_points, _spark_schema)
 from consumers_app.lab.recorder import SCHEMAS
 
 STREAM_DIR = "_stream"
@@ -82,6 +82,10 @@ class LagStream:
         # schema starts no Spark job (inferring it from the Parquet footer does, per table).
         self._state_schemas: dict = {}
         self._listings: dict = {}   # list_recordings' cache: hour directories not written to since
+        # The state as Arrow tables (name, table -> pa.Table): what the last pass saved, fed to
+        # the next as in-memory relations - no file scans, footers or broadcasts per pass.
+        self._state_tables: tuple = (None, {})
+        self._slice: dict = {}   # (kind, rel) -> the new file's rows, read once by _inspect
 
     # -- one pass -------------------------------------------------------------------
 
@@ -95,6 +99,7 @@ class LagStream:
 
     def _pass(self, p: JobParams) -> JobResult:
         job = self.job
+        self._slice = {}
         files = {kind: list_recordings(job.recordings, kind, self._listings) for kind in (SNAPSHOTS, EVENTS)}
         state = job.load_state()
         changed = job._forget_deleted(state, files)
@@ -140,7 +145,10 @@ class LagStream:
         lo, hi = span
         newest = max(stream["newest"] or hi, hi)
         keep_from = newest - reach.horizon_ms
-        frames = fold_plan(spark, job, new, self._state_frames(spark, stream), lows, keep_from, p)
+        inputs = {kind: self._slice_frame(spark, kind, [self._slice[(kind, rel)] for rel in new[kind]
+                                                        if (kind, rel) in self._slice])
+                  for kind in new}
+        frames = fold_plan(spark, job, inputs, self._state_frames(spark, stream), lows, keep_from, p)
         result = self._collect(frames)
         windows = {}
         for table, has_res in TABLE_HAS_RES.items():
@@ -196,7 +204,9 @@ class LagStream:
             keep_from = newest - reach.horizon_ms
             read = {kind: sorted(rel for rel, m in processed[kind].items() if m + MINUTE > keep_from)
                     for kind in processed}
-            frames = fold_plan(self.job.spark, self.job, read, self._state_frames(self.job.spark, None),
+            spark = self.job.spark
+            inputs = {kind: self.job._read(spark, kind, read[kind], -2 ** 62, 2 ** 62, None) for kind in read}
+            frames = fold_plan(spark, self.job, inputs, self._state_frames(spark, None),
                                {SNAPSHOTS: None, EVENTS: None}, keep_from, p)
             result = self._collect(frames)
             stream.update(state=self._save_state_tables(result), newest=newest, lower=keep_from)
@@ -204,18 +214,24 @@ class LagStream:
         self.job.save_state(state)
         return stream
 
-    def _state_frames(self, spark, stream: dict | None) -> dict:
-        """The state tables as DataFrames (empty ones, with the right columns, when none)."""
-        if stream and stream.get("state"):
+    def _state_frames(self, spark, stream: dict | None) -> dict | None:
+        """The state tables as DataFrames over Arrow data this process holds (None when there
+        is no state yet): the last pass's result, or the checkpoint's files after a start."""
+        if not (stream and stream.get("state")):
+            return None
+        if self._state_tables[0] != stream["state"]:
             base = self.out / STREAM_DIR / stream["state"]
-            frames = {}
-            for name in STATE_TABLES:
-                reader = spark.read
-                if name in self._state_schemas:
-                    reader = reader.schema(self._state_schemas[name])
-                frames[name] = reader.parquet(str(base / f"{name}.parquet"))
-            return frames
-        return None
+            self._state_tables = (stream["state"], {name: pq.read_table(base / f"{name}.parquet")
+                                                    for name in STATE_TABLES})
+        tables = self._state_tables[1]
+        return {name: _frame(spark, tables[name], self._state_schemas.get(name)) for name in STATE_TABLES}
+
+    def _slice_frame(self, spark, kind: str, tables: list):
+        """One kind's new recordings (read by ``_inspect``) as one DataFrame."""
+        schema = SCHEMAS[kind]
+        table = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables]) if tables \
+            else schema.empty_table()
+        return _frame(spark, table, _spark_schema(schema))
 
     def _collect(self, frames: dict) -> dict[str, pa.Table]:
         self._state_schemas = {name: frames[name].schema for name in STATE_TABLES}
@@ -228,6 +244,7 @@ class LagStream:
         for table in STATE_TABLES:
             pq.write_table(result[table], scratch / f"{table}.parquet", compression="zstd")
         scratch.rename(self.out / STREAM_DIR / name)
+        self._state_tables = (name, {table: result[table] for table in STATE_TABLES})
         return name
 
     def _inspect(self, new: dict) -> tuple[dict, list]:
@@ -249,6 +266,7 @@ class LagStream:
                         kept = table.filter(pc.is_in(table["type"], pa.array(EVENT_TYPES)))
                         changes_from = pc.min(kept["ts"]).as_py() if kept.num_rows else None
                     spans[kind][rel] = (bounds["min"], bounds["max"], table.num_rows, changes_from)
+                    self._slice[(kind, rel)] = table
                 except FileNotFoundError:
                     continue   # deleted by the retention since listed
                 except Exception as exc:  # noqa: BLE001 - a bad file is skipped, whatever is wrong with it
@@ -266,6 +284,11 @@ def _crash_point(where: str) -> None:
 
 
 # -- the plan (DataFrame functions; the batch job's computations) --------------------------
+
+def _frame(spark, table: pa.Table, schema=None):
+    """An Arrow table as a DataFrame (an in-memory relation: a pass's inputs are small)."""
+    return spark.createDataFrame(table, schema=schema)
+
 
 def _empty_state(spark, job: LagJob) -> dict:
     empty_snapshots = job._read(spark, SNAPSHOTS, [], 0, 0, None)
@@ -316,14 +339,13 @@ def _one(df):
 
 
 def fold_plan(spark, job: LagJob, new: dict, state: dict | None, lows: dict, keep_from: int, p: JobParams) -> dict:
-    """name -> DataFrame: the table rows that the new recordings change (only for the kinds
-    with a low in ``lows``) and the next state (rows from ``keep_from``)."""
+    """name -> DataFrame: the table rows that the new recordings (kind -> DataFrame) change
+    (only for the kinds with a low in ``lows``) and the next state (rows from ``keep_from``)."""
     from pyspark.sql import functions as F
 
     state = {name: _one(frame) for name, frame in (state or _empty_state(spark, job)).items()}
-    snapshots = _one(job._read(spark, SNAPSHOTS, new[SNAPSHOTS], -2 ** 62, 2 ** 62, None))
-    events = _one(job._read(spark, EVENTS, new[EVENTS], -2 ** 62, 2 ** 62, None)
-                  .filter(F.col("type").isin(*EVENT_TYPES)))
+    snapshots = _one(new[SNAPSHOTS])
+    events = _one(new[EVENTS].filter(F.col("type").isin(*EVENT_TYPES)))
     partial = aggregate_samples(snapshots, shuffle=False)
     points = _merge_windows(_one(state["points"].unionByName(_points(partial))), TEN_S)
     owners = _merge_owners(_one(state["owners"].unionByName(_owners(partial))))
