@@ -77,4 +77,42 @@ def get_spark(master: str | None = None, app_name: str = "rebalance-lab-lag"):
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{java_opts}' pyspark-shell")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _look_up_jvm_functions_once()
     return spark
+
+
+_jvm_members: dict = {}
+
+
+def _look_up_jvm_functions_once() -> None:
+    """Classic PySpark finds ``org.apache.spark.sql.functions``, and the function on it, anew
+    for every column function it builds: two py4j round trips before the call itself (and for
+    the short name ``functions``, failed class loads through every jar). Building a lag-stream
+    pass's plan made ~2,800 round trips, half of them these lookups (bench/lag_stream_pass.py,
+    cProfile + JFR). The members are static: look each up once per gateway."""
+    try:
+        from pyspark.sql.classic import column
+        from pyspark.sql.functions import builtin
+        from pyspark.sql.utils import enum_to_value, get_active_spark_context
+    except ImportError:   # another PySpark layout: keep its own lookups
+        return
+    if getattr(builtin._get_jvm_function, "looks_up_once", False):
+        return
+
+    def function(name: str, sc):
+        client = sc._gateway._gateway_client
+        found = _jvm_members.get(name)
+        if found is None or found[0] is not client:
+            found = _jvm_members[name] = (client, getattr(getattr(sc._jvm, "org.apache.spark.sql.functions"), name))
+        return found[1]
+
+    def column_from_name(name: str):
+        return function("col", get_active_spark_context())(name)
+
+    def column_from_literal(literal):
+        return function("lit", get_active_spark_context())(enum_to_value(literal))
+
+    function.looks_up_once = True
+    builtin._get_jvm_function = function
+    column._create_column_from_name = column_from_name
+    column._create_column_from_literal = column_from_literal
