@@ -11,7 +11,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from consumers_app.allocate import STRATEGY_NAMES
 from consumers_app.lab import bus
-from consumers_app.lab.actions import CONSUMER_ACTIONS, MODES
+from consumers_app.lab.actions import CONSUMER_ACTIONS, GROUP_NAME_MAX, MAX_BURST, MAX_RATE, MODES
 from consumers_app.lab.peers import available_clients
 
 from . import auth
@@ -56,10 +56,14 @@ def live(request):
         "consumer_actions": CONSUMER_ACTIONS,
         "clients": available_clients(),
         "can_control": request.user.is_authenticated,
+        # The action table's limits, for the controls' boxes (the server checks them anyway).
+        "limits": {"rate": MAX_RATE, "burst": MAX_BURST, "group_name": GROUP_NAME_MAX},
     })
 
 
-_password_login = LoginView.as_view(template_name="login.html")
+# A user already logged in who opens the login page goes to the page they came for (or the
+# live page), not to a form under a header saying they are logged in.
+_password_login = LoginView.as_view(template_name="login.html", redirect_authenticated_user=True)
 
 
 @lru_cache(maxsize=None)

@@ -37,12 +37,29 @@ export function setLine(node, text) {
   if (node.hidden !== !text) node.hidden = !text;
 }
 
-// An input shows the value in force: set again whenever that value changes (or the thing
-// it is about does), and left alone while the user types a new one.
+// An input shows the value in force (`value`, about `about`: a topic, a consumer): set
+// again whenever that value changes or the thing it is about does. What the user types is
+// theirs until they send it (forgetEdits) or pick another thing: a new value in force must
+// not replace it between their typing and their click on the button.
 export function showInForce(input, value, about) {
   if (!input || value === undefined || value === null) return;
+  if (!input.followsEdits) {
+    input.followsEdits = true;
+    input.addEventListener("input", () => { input.dataset.edited = input.about; });
+  }
+  input.about = String(about);
   const stamp = `${about}|${value}`;
-  if (input.dataset.inForce === stamp || document.activeElement === input) return;
+  if (input.dataset.edited === input.about || document.activeElement === input) return;
+  delete input.dataset.edited;
+  if (input.dataset.inForce === stamp) return;
   input.dataset.inForce = stamp;
   input.value = String(value);
+}
+
+// The inputs under `root` show the values in force again (their edits were sent).
+export function forgetEdits(root) {
+  for (const input of root.querySelectorAll("[data-edited]")) {
+    delete input.dataset.edited;
+    delete input.dataset.inForce;   // written again on the next render, even if unchanged
+  }
 }

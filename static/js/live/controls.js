@@ -4,6 +4,7 @@ import { el, setText, showInForce } from "../common/dom.js";
 import { fmt, javaOrder } from "../common/format.js";
 import { callApi } from "./actions.js";
 import { canControl } from "./config.js";
+import { numberIn, showError } from "./errors.js";
 import { lab } from "./model.js";
 import { disabledReason } from "./panels.js";
 import { labTopic, userTopics } from "./queues.js";
@@ -64,11 +65,13 @@ export function listenToLabControls() {
   }
   producerForm.addEventListener("submit", (event) => {
     event.preventDefault();
-    const f = new FormData(producerForm);
+    const topic = new FormData(producerForm).get("topic");
     if (event.submitter.dataset.api === "burst") {
-      callApi("/api/producers/burst", { topic: f.get("topic"), count: Number(f.get("count")) }, event.submitter);
+      const count = numberIn(producerForm.elements.count, "how many messages to send", event.submitter);
+      if (count !== null) callApi("/api/producers/burst", { topic, count }, event.submitter);
     } else {
-      callApi("/api/producers/rate", { topic: f.get("topic"), rate: Number(f.get("rate")) }, event.submitter);
+      const rate = numberIn(producerForm.elements.rate, "a rate in messages per second", event.submitter);
+      if (rate !== null) callApi("/api/producers/rate", { topic, rate }, event.submitter);
     }
   });
   const queuesForm = document.getElementById("queues-form");
@@ -83,12 +86,21 @@ export function listenToLabControls() {
   groupForm.addEventListener("submit", (event) => {
     event.preventDefault();
     const f = new FormData(groupForm);
-    callApi(`/api/groups/${encodeURIComponent(f.get("group").trim())}/consumers`,
-      { mode: f.get("mode"), client: f.get("client") || "ours" }, event.submitter);
+    const group = groupName(groupForm, event.submitter);
+    if (group) callApi(`/api/groups/${encodeURIComponent(group)}/consumers`, { mode: f.get("mode"), client: f.get("client") || "ours" }, event.submitter);
   });
   const observeForm = document.getElementById("observe-form");
   observeForm.addEventListener("submit", (event) => {
     event.preventDefault();
-    callApi("/api/observe", { group: new FormData(observeForm).get("group").trim() }, event.submitter);
+    const group = groupName(observeForm, event.submitter);
+    if (group) callApi("/api/observe", { group }, event.submitter);
   });
+}
+
+// A form's group name, or null (said next to the button) when the box is empty; the server
+// checks the rest and names the rule broken (consumers_app/lab/actions.py).
+function groupName(form, submitter) {
+  const name = form.elements.group.value.trim();
+  if (!name) showError(`Enter a group name (1 to ${form.elements.group.dataset.maxChars || 120} characters).`, submitter);
+  return name || null;
 }

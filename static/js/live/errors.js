@@ -16,11 +16,13 @@ function errorSlot(control, create) {
   return slot;
 }
 
+// Stays until the next action on that control (callApi clears it as it sends): a newer
+// error replaces it as a new element, so a repeated refusal is seen (and announced) again.
 export function showError(message, control) {
+  errorSlot(control, false)?.remove();
   const slot = errorSlot(control, true);
   if (slot) {
     slot.textContent = message;
-    slot.hidden = false;
     return;
   }
   errorBox.querySelector(".message").textContent = message;
@@ -34,3 +36,13 @@ export function hideError(control) {
 }
 
 errorBox.querySelector(".dismiss").addEventListener("click", () => hideError());
+
+// A number box's value, or null (and the reason next to `control`) when it is empty or
+// unreadable: the page never sends 0 for an empty box. A value out of range goes to the
+// server, whose answer names the limit.
+export function numberIn(input, what, control) {
+  if (input.value !== "" && !input.validity.badInput) return Number(input.value);
+  const range = input.max ? ` from ${input.min || 0} to ${input.max}` : input.min ? ` of ${input.min} or more` : "";
+  showError(`Enter ${what}: a number${range}.`, control);
+  return null;
+}

@@ -8,7 +8,7 @@ import { callApi } from "./actions.js";
 import { dropView, updateAssignmentView } from "./assignment.js";
 import { followSize } from "./charts.js";
 import { ACTIONS, CLIENTS, MODES, STRATEGIES, canControl } from "./config.js";
-import { showError } from "./errors.js";
+import { numberIn, showError } from "./errors.js";
 import { lastRebalanceLine, showHandoffs } from "./handoffs.js";
 import { noopText } from "./labels.js";
 import { loadLagSeries, replayAt, replayOf, replayedGroup, showLagLines } from "./lag.js";
@@ -90,11 +90,18 @@ function buildConsumerControls(name) {
     const card = who.closest(".group");
     if (card && lab.groups[name]) showConsumerFaults(card, lab.groups[name]);
   });
+  // `body`: the request's body, or a function of the button giving it (null: not sent, its reason shown).
   const act = (action, body = {}) => (event) => {
-    if (!who.value) return showError("Pick a consumer first.", event.currentTarget);
-    callApi(`/api/consumers/${encodeURIComponent(who.value)}/${action}`, body instanceof Function ? body() : body, event.currentTarget);
+    const button = event.currentTarget;
+    if (!who.value) return showError("Pick a consumer first.", button);
+    const sent = body instanceof Function ? body(button) : body;
+    if (sent) callApi(`/api/consumers/${encodeURIComponent(who.value)}/${action}`, sent, button);
   };
-  const ms = el("input", { type: "number", name: "ms", min: 0, step: 50, value: 200, "aria-label": "ms per message" });
+  const numberOf = (input, what, key) => (button) => {
+    const value = numberIn(input, what, button);
+    return value === null ? null : { [key]: value };
+  };
+  const ms = el("input", { type: "number", name: "ms", min: 0, max: 60000, step: 50, value: 200, "aria-label": "ms per message" });
   const ratio = el("input", { type: "number", name: "ratio", min: 0, max: 1, step: 0.05, value: 0.2, "aria-label": "fail ratio" });
   // Follows the group's mode (updateConsumerControls): a group takes only consumers of its own mode.
   const addMode = el("select", { name: "mode", "data-role": "add-mode", "aria-label": "mode of the new consumer" }, MODES.map((m) => el("option", { value: m }, m)));
@@ -104,9 +111,9 @@ function buildConsumerControls(name) {
       el("span", { class: "label" }, "Consumer"), who,
       ["stop", "kill", "hang", "cut", "resume"].map((a) => el("button", { type: "button", "data-action": a, title: ACTIONS[a], onclick: act(a) }, a)),
       el("label", {}, "slow ", ms, " ms/msg"),
-      el("button", { type: "button", "data-action": "slow", onclick: act("slow", () => ({ ms: Number(ms.value) })) }, "set"),
+      el("button", { type: "button", "data-action": "slow", onclick: act("slow", numberOf(ms, "the ms each message takes", "ms")) }, "set"),
       el("label", {}, "fail ", ratio),
-      el("button", { type: "button", "data-action": "fail", onclick: act("fail", () => ({ ratio: Number(ratio.value) })) }, "set")),
+      el("button", { type: "button", "data-action": "fail", onclick: act("fail", numberOf(ratio, "the share of messages that fail", "ratio")) }, "set")),
     el("ul", { class: "action-help", "data-role": "action-help" },
       ["kill", "cut", "hang"].map((a) => el("li", {}, el("b", {}, a), ": ", ACTIONS[a]))),
     el("div", { class: "control" },
