@@ -6,7 +6,7 @@ import { el, setAttr, setClass, setClassName, setData, setMark, setStyle, setTex
 import { MIB, fmt, fmtTimeLag } from "../common/format.js";
 import { colourOf } from "./colours.js";
 import { cidLabel, faultsOf, noopText, shortCid } from "./labels.js";
-import { POP_WINDOW, THRESHOLDS, isAlive, popsOf, pqTotals, queueFacts } from "./queues.js";
+import { POP_WINDOW, THRESHOLDS, isAlive, popsOf, pqTotals, queueFacts, splitLabel } from "./queues.js";
 import { drawSparkline } from "./sparkline.js";
 
 // The figure rows: title, then (totals, broker figures) -> [text, over a threshold].
@@ -32,7 +32,7 @@ function consumerLabel(cid, c, status) {
     : c.client && c.client !== "ours" ? el("span", { class: "peer", "data-role": "peer-client",
       title: c.assignment_source === "broker" ? `${c.client}: its queues are what the broker sees it pull`
         : `${c.client}: its queues are what it reports holding (GET_CONSUMER_RUNNING_INFO)` },
-      c.assignment_source === "broker" ? `${c.client} · seen by the broker` : c.client) : null,
+      c.assignment_source === "broker" ? `${c.client} · by broker` : c.client) : null,
     faults ? el("span", { class: "faults" }, faults) : null,
   ].filter(Boolean);
 }
@@ -72,9 +72,21 @@ export class MatrixView {
     this.rows = new Map();      // client id -> tr
     this.cells = new Map();     // client id -> label -> td.cell
     this.figures = new Map();   // metric title -> label -> td
-    const head = el("tr", {}, el("th", { class: "corner" }, pop ? "received by" : "owned by"), queues.map((label) => {
+    // Two header rows: each broker over its queues, then each queue by its id alone, so a
+    // column is as narrow as its figures (the whole label is the head's title).
+    const brokers = [];
+    for (const label of queues) {
+      const [broker] = splitLabel(label);
+      if (brokers.at(-1)?.name === broker) brokers.at(-1).count += 1;
+      else brokers.push({ name: broker, count: 1 });
+    }
+    const brokerRow = el("tr", { class: "broker-row" },
+      el("th", { class: "corner", rowspan: 2 }, pop ? "received by" : "owned by"),
+      brokers.map((b) => el("th", { class: "broker-head", scope: "colgroup", colspan: b.count, title: b.name }, b.name)));
+    const head = el("tr", {}, queues.map((label) => {
       const th = el("th", { class: "queue-head", scope: "col", "data-queue": label },
-        el("span", { class: "qlabel" }, label), el("span", { class: "qnote" }));
+        el("span", { class: "qlabel" }, String(splitLabel(label)[1])),
+        el("span", { class: "qnote" }));
       this.heads.set(label, th);
       return th;
     }));
@@ -91,7 +103,7 @@ export class MatrixView {
       return el("tr", { class: title === TREND ? "metric trend" : "metric" }, el("th", { scope: "row" }, title), [...tds.values()]);
     });
     this.root.className = `matrix${pop ? " pop" : ""}`;
-    this.root.replaceChildren(el("thead", {}, head), el("tbody", {}, rows), el("tfoot", {}, foot));
+    this.root.replaceChildren(el("thead", {}, brokerRow, head), el("tbody", {}, rows), el("tfoot", {}, foot));
   }
 
   paintHead(th, label, facts, pop) {
@@ -121,7 +133,7 @@ export class MatrixView {
     if (th.shownLook !== look) {
       th.shownLook = look;
       th.title = `${cid}: ${noopText(noops)}`;
-      th.replaceChildren(...consumerLabel(cid, c, status));
+      th.replaceChildren(el("div", { class: "who" }, consumerLabel(cid, c, status)));
     }
   }
 
