@@ -5,6 +5,7 @@
 // An ES module: the number format and element builder are the live page's (common/).
 import { el } from "./common/dom.js";
 import { fmt } from "./common/format.js";
+import { REBALANCE_COLOUR, faultMark, freshness, markLabels, rebalanceMark } from "./history/marks.js";
 
 const page = document.getElementById("history");
 if (page) start(page);
@@ -72,84 +73,88 @@ function start(root) {
     return data;
   }
 
-  // The axes make room for their labels (a queue's TOPIC@BROKER:QID is long).
-  function layout(title, extra) {
-    return Object.assign({ title: { text: title, font: { size: 14 } }, margin: { l: 90, r: 20, t: 40, b: 60 },
+  // The axes make room for their labels (a queue's TOPIC@BROKER:QID is long); a legend of
+  // `legendItems` below the chart gets rows of its own instead of squeezing the plot.
+  const MARGIN = { l: 90, r: 20, t: 40, b: 50 };
+  const PLOT_HEIGHT = 220, LEGEND_ROW_PX = 20, LEGEND_ITEM_PX = 170;
+  function layout(chartId, title, extra, legendItems) {
+    const width = $(chartId).clientWidth || 600;
+    const rows = legendItems ? Math.ceil(legendItems / Math.max(1, Math.floor((width - 40) / LEGEND_ITEM_PX))) : 0;
+    const bottom = MARGIN.b + rows * LEGEND_ROW_PX;
+    return Object.assign({ title: { text: title, font: { size: 14 } }, margin: { ...MARGIN, b: bottom },
                            xaxis: { type: "date", automargin: true }, yaxis: { automargin: true },
-                           legend: { orientation: "h" }, height: 320 }, extra || {});
+                           showlegend: Boolean(legendItems),
+                           legend: { orientation: "h", x: 0, y: -40 / PLOT_HEIGHT, yanchor: "top" },
+                           height: PLOT_HEIGHT + MARGIN.t + bottom }, extra || {});
   }
 
-  // Labels closer than 3% of the range drawn are one label ("kill c2 +2 more", every one in
-  // its hover text): side by side they would overprint each other.
-  function spacedLabels(items, span) {
-    const groups = [];
-    items.slice().sort((a, b) => a.ms - b.ms).forEach((item) => {
-      const last = groups[groups.length - 1];
-      if (last && item.ms - last[0].ms < span * 0.03) last.push(item);
-      else groups.push([item]);
-    });
-    return groups.map((g) => ({ ...g[0], text: g.length === 1 ? g[0].text : g[0].text + " +" + (g.length - 1) + " more",
-                                hovertext: g.map((i) => i.text).join("<br>") }));
+  // The plot's time range: every window and mark drawn.
+  function timeRange(data) {
+    const times = Object.values(data.queues).flatMap((q) => q.t).concat(data.group_series.t,
+      data.rebalances.map((r) => r.end), (data.marks || []).map((m) => m.t)).map(Date.parse).filter((t) => !isNaN(t));
+    return times.length ? [Math.min(...times), Math.max(...times)] : [Date.now() - 1, Date.now()];
   }
 
-  function markers(data) {
-    const shapes = [], annotations = [];
-    const times = (data.rebalances.map((r) => Date.parse(r.end)))
-      .concat((data.marks || []).map((m) => Date.parse(m.t))).filter((t) => !isNaN(t));
-    const span = Math.max(1, Math.max(...times, 0) - Math.min(...times, Date.now()));
-    const rebalanceLabels = [];
+  // Rebalances (dotted), flow control (bands) and the faults the user injected (solid, in
+  // their colour; strategy switches among them), each a line; their labels, one per cluster
+  // of close marks (history/marks.js), in one row from the top: labels never overprint.
+  function markers(data, chartId) {
+    const shapes = [], marks = [];
     data.rebalances.forEach((r) => {
-      shapes.push({ type: "line", x0: r.end, x1: r.end, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", color: "#555" } });
-      rebalanceLabels.push({ ms: Date.parse(r.end), x: r.end, text: "rebalance " + r.client_id + " " + r.duration_ms + " ms" });
+      shapes.push({ type: "line", x0: r.end, x1: r.end, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", color: REBALANCE_COLOUR } });
+      marks.push(rebalanceMark(r));
     });
-    spacedLabels(rebalanceLabels, span).forEach((l) => annotations.push({ x: l.x, y: 1, yref: "paper", text: l.text,
-      hovertext: l.hovertext, showarrow: false, textangle: -90, xanchor: "right", yanchor: "top", font: { size: 10 },
-      bgcolor: "rgba(255,255,255,0.8)" }));
     data.flow_control.forEach((f) => {
       shapes.push({ type: "rect", x0: f.start, x1: f.end, yref: "paper", y0: 0, y1: 1, fillcolor: "#e8590c",
                     opacity: 0.12, line: { width: 0 } });
     });
-    // Faults the user injected, strategy switches among them: solid lines in their colour.
-    const faultLabels = [];
     (data.marks || []).filter((m) => m.kind === "fault").forEach((m) => {
       const colour = FAULT_COLOURS[m.name] || "#868e96";
-      const what = m.name === "strategy" ? "strategy " + (m.detail.strategy || "") : m.name + " " + (m.client_id || m.detail.topic || "");
       shapes.push({ type: "line", x0: m.t, x1: m.t, yref: "paper", y0: 0, y1: 1, line: { color: colour, width: 1.5 } });
-      faultLabels.push({ ms: Date.parse(m.t), x: m.t, text: what, colour });
+      marks.push(faultMark(m, colour));
     });
-    spacedLabels(faultLabels, span).forEach((l) => annotations.push({ x: l.x, y: 0, yref: "paper", text: l.text,
-      hovertext: l.hovertext, showarrow: false, textangle: -90, xanchor: "left", yanchor: "bottom",
-      font: { size: 10, color: l.colour }, bgcolor: "rgba(255,255,255,0.8)" }));
+    const [from, to] = timeRange(data);
+    const plotPixels = ($(chartId).clientWidth || 600) - MARGIN.l - MARGIN.r;
+    const annotations = markLabels(marks, from, to, plotPixels).map((l) => ({
+      x: l.x, y: 1, yref: "paper", text: l.text, hovertext: l.hovertext, showarrow: false, textangle: -90,
+      xanchor: "right", yanchor: "top", font: { size: 10, color: l.colour }, bgcolor: "rgba(255,255,255,0.85)",
+      captureevents: true }));
     return { shapes, annotations };
   }
 
   const FAULT_COLOURS = { strategy: "#7048e8", kill: "#c92a2a", stop: "#495057", hang: "#e8590c", cut: "#d6336c",
                           slow: "#f08c00", fail: "#f08c00", resume: "#2e9e44" };
 
+  // Room on the left for the longest queue label of the status chart (~6.5 px a character).
+  const labelMargin = (labels) => Math.max(MARGIN.l, 16 + 6.5 * Math.max(0, ...labels.map((l) => l.length)));
 
   function draw(data) {
     const labels = Object.keys(data.queues);
-    const m = markers(data);
     Plotly.react("chart-queue-lag", labels.map((q) => ({
       x: data.queues[q].t, y: data.queues[q].lag, name: q, mode: "lines", customdata: data.queues[q].owner,
       hovertemplate: "%{y} msgs (owner %{customdata})<extra>" + q + "</extra>",
-    })), layout("Lag per queue (" + data.res + " windows; dotted: rebalances, bands: flow control)", m));
+    })), layout("chart-queue-lag", "Lag per queue (" + data.res + " windows; dotted: rebalances, bands: flow control)",
+      markers(data, "chart-queue-lag"), labels.length));
     const g = data.group_series;
-    Plotly.react("chart-group-lag", ["lag", "max_lag", "avg_lag", "p95_lag"].map((k) => ({
-      x: g.t, y: g[k], name: k, mode: "lines" })), layout("Group lag (sum over queues)", m));
+    const groupKeys = ["lag", "max_lag", "avg_lag", "p95_lag"];
+    Plotly.react("chart-group-lag", groupKeys.map((k) => ({
+      x: g.t, y: g[k], name: k, mode: "lines" })), layout("chart-group-lag", "Group lag (sum over queues)",
+      markers(data, "chart-group-lag"), groupKeys.length));
     Plotly.react("chart-time-lag", labels.map((q) => ({
       x: data.queues[q].t, y: data.queues[q].time_lag_ms, name: q, mode: "lines" })),
-      layout("Time lag per queue (ms behind)"));
+      layout("chart-time-lag", "Time lag per queue (ms behind)", {}, labels.length));
     const times = Array.from(new Set(labels.flatMap((q) => data.queues[q].t))).sort();
     const z = labels.map((q) => {
       const byT = {}; data.queues[q].t.forEach((t, i) => { byT[t] = STATUS.indexOf(data.queues[q].status[i]); });
       return times.map((t) => (t in byT ? byT[t] : null));
     });
     const n = STATUS.length - 1;
+    const status = layout("chart-status", "Status per queue");
     Plotly.react("chart-status", [{ type: "heatmap", x: times, y: labels, z: z, zmin: 0, zmax: n,
       colorscale: STATUS_COLORS.map((c, i) => [i / n, c]),
       colorbar: { tickvals: STATUS.map((_, i) => i), ticktext: STATUS } }],
-      layout("Status per queue", { height: Math.max(240, 24 * labels.length + 120), legend: {} }));
+      { ...status, height: Math.max(240, 24 * labels.length + 120), margin: { ...status.margin, l: labelMargin(labels) },
+        yaxis: { automargin: true, type: "category" } });
   }
 
   function followData() {
@@ -231,16 +236,21 @@ function start(root) {
     showService(job.service, job.skipped || []);
   }
 
-  // Files the lag job has not read yet: news only when no service reads them as they come
-  // (next to "live: ..." it would contradict it).
-  let unprocessed = 0, serviceLive = false;
+  // How fresh the history is (history/marks.js freshness): the service's line and the
+  // backlog never contradict each other - the backlog is shown only when nothing folds it
+  // in soon (no service, or one far behind).
+  let unprocessed = 0, lastService = null;
   function showPending() {
-    $("h-pending").textContent = unprocessed && !serviceLive ? unprocessed + " recording file(s) not processed yet" : "";
+    const said = freshness(lastService, unprocessed, Date.now());
+    $("h-pending").textContent = said.pending;
+    const line = $("h-service");
+    line.textContent = said.service;
+    line.className = said.error ? "error" : "hint";
   }
 
   function showService(service, skipped) {
     if (!service) return;
-    serviceLive = !service.paused && service.state === "running";
+    lastService = service;
     const bad = $("h-skipped");
     if (bad) {
       const last = skipped[skipped.length - 1];
@@ -248,10 +258,6 @@ function start(root) {
       bad.title = skipped.map((s) => `${s.file}: ${s.reason}`).join("\n");
     }
     showPending();
-    const line = $("h-service");
-    line.textContent = service.paused ? "history paused: " + service.paused
-      : service.state === "running" ? "live: the lag service folds new recordings in as they come" : "";
-    line.className = service.paused ? "error" : "hint";
   }
 
   // The light poll: redraw only when the newest complete window moved.
