@@ -37,6 +37,22 @@ def test_login_link_logs_in_once(client):
     assert reopened.status_code == 302 and reopened.url == "/"
 
 
+def test_a_logged_in_user_reopening_a_used_link_or_the_login_page_goes_to_the_page(client):
+    token = issue_login_token()
+    assert client.get(f"/login/?token={token}").status_code == 302
+    for _ in range(3):   # a bookmark of the link, opened again and again: never the error, never the limiter
+        reopened = client.get(f"/login/?token={token}")
+        assert reopened.status_code == 302 and reopened.url == "/"
+        assert b"already used" not in reopened.content
+    form = client.get("/login/?next=/history/")
+    assert form.status_code == 302 and form.url == "/history/"
+    assert client.get("/login/").url == "/"
+    # Logged out, the same link says what is wrong with it, under a header that says so too.
+    client.post("/logout/")
+    page = client.get(f"/login/?token={token}")
+    assert page.status_code == 400 and b"already used" in page.content and b'id="current-user"' not in page.content
+
+
 def test_unknown_and_expired_links_fail(client):
     assert client.get("/login/?token=made-up").status_code == 400
     token = issue_login_token("bob", lifetime=timedelta(seconds=-1))
