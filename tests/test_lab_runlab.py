@@ -40,3 +40,44 @@ def test_a_second_web_process_reaches_the_controller_over_redis(tmp_path, redis_
     finally:
         assert web.stop() == 0, "".join(web.lines)
         lab.stop()
+
+
+def _listening():
+    """A socket something else listens on (a second lab's view of the first one's port)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock, sock.getsockname()[1]
+
+
+def test_a_port_in_use_is_one_line_on_stderr_naming_it_and_its_flag(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from .support import REPO
+
+    def manage_py(*args, env):
+        return subprocess.Popen([sys.executable, str(REPO / "manage.py"), *args], cwd=REPO, text=True,
+                                env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    held, port = _listening()
+    with held:
+        env = migrated_env(tmp_path)
+        # Asked for by runlab's flag: refused before anything starts.
+        lab = manage_py("runlab", "--host", "127.0.0.1", f"--port={free_port()}", f"--namesrv-port={port}",
+                        "--remoting-port=0", env=env)
+        out, err = lab.communicate(timeout=60)
+        assert lab.returncode == 1, out + err
+        assert err.strip().splitlines() == [f"CommandError: port {port} is in use: pick another with "
+                                            f"--namesrv-port=PORT (0: any free port)"], err
+        # The broker finding it taken on its own (another lab got there between runlab's
+        # check and the bind): one line too, no traceback.
+        broker = manage_py("runbroker", "--skip-checks", "--data-dir", str(tmp_path / "broker"), "--port=0",
+                           f"--namesrv-port={port}", "--remoting-port=0", env=env)
+        out, err = broker.communicate(timeout=60)
+        assert broker.returncode == 1, out + err
+        assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+            f"CommandError: port {port} is in use: pick another with --namesrv-port=PORT (0: any free port)"), err

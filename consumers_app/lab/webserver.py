@@ -7,6 +7,8 @@ reactor shuts down (SIGINT/SIGTERM included), with Twisted waiting for it to fin
 import asyncio
 import logging
 
+from .supervised import StartError
+
 log = logging.getLogger(__name__)
 
 # Connections the kernel holds for daphne until it accepts them. Twisted's default is 50:
@@ -34,7 +36,11 @@ def run_web(host: str, port: int, *, on_start=None, on_stop=None, verbosity: int
     def started(task: asyncio.Task) -> None:
         if task.cancelled() or task.exception() is not None:
             outcome["ok"] = False
-            log.error("lab start-up failed", exc_info=None if task.cancelled() else task.exception())
+            exc = None if task.cancelled() else task.exception()
+            if isinstance(exc, StartError):   # a child that did not come up said why above: no traceback
+                log.error("lab start-up failed: %s", exc)
+            else:
+                log.error("lab start-up failed", exc_info=exc)
             reactor.stop()
 
     if on_start is not None:

@@ -3,6 +3,8 @@
 Every interval is a flag (defaults are RocketMQ's) so tests and demos need not wait.
 """
 import logging
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -91,5 +93,31 @@ class Command(BaseCommand):
         try:
             code = run(cfg)
         except (OSError, ValueError) as e:
-            raise CommandError(str(e))
+            taken = port_named(o, str(e)) if "in use" in str(e) else None
+            # One line naming the port and the flag that moves it (runlab passes its own
+            # --namesrv-port and --remoting-port through), then out at once: the half-built
+            # gRPC server would print a traceback of its own when collected after the loop closed.
+            sys.stderr.write(f"CommandError: port {taken[0]} is in use: pick another with {taken[1]}=PORT "
+                             f"(0: any free port)\n" if taken is not None else f"CommandError: {e}\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(1)
         sys.exit(code)
+
+
+def port_named(o: dict, message: str) -> tuple[int, str] | None:
+    """The port of ours a bind error names (``cannot bind 127.0.0.1:8081``, ``...on address
+    ('127.0.0.1', 9876)...``), with the flag that sets it."""
+    ports = {o["port"]: "--port"}
+    if o["namesrv_port"] is not None:
+        if o["remoting_port"]:
+            ports |= {o["remoting_port"] + i: "--remoting-port" for i in range(REMOTING_PORTS)}
+        ports[o["namesrv_port"]] = "--namesrv-port"
+    ports.pop(0, None)   # any free port: never in use
+    for number in map(int, re.findall(r"[:,]\s*(\d+)\b", message)):
+        if number in ports:
+            return number, ports[number]
+    return None
+
+
+REMOTING_PORTS = 8   # the logical brokers' remoting ports, one each upward from --remoting-port
