@@ -2,7 +2,8 @@
 // plotly.js (served from static, no CDN); runs the lag job and polls its progress. Every
 // 10 s it asks the job endpoint for the newest complete window (the lag service keeps it
 // moving) and redraws when it moved; From/To follow the data until the user sets them.
-// An ES module: the number format and element builder are the live page's (common/).
+// An ES module: the number format and element builder are the live page's (common/); the
+// marks' labels and the freshness line are history/marks.js (pure, unit-tested).
 import { el } from "./common/dom.js";
 import { fmt } from "./common/format.js";
 import { REBALANCE_COLOUR, faultMark, freshness, markLabels, rebalanceMark } from "./history/marks.js";

@@ -10,6 +10,8 @@
 //   group-card.js a group's card; assignment.js picks its view: matrix.js (small) or grid.js (large)
 //   whatif.js     the strategy preview;  lag.js: lag lines and replay;  handoffs.js: rebalances' hand-offs
 //   charts.js     plotly charts;  log.js: membership & faults;  panels.js: status lines;  controls.js: lab controls
+//   errors.js     a control's error, written next to it;  colours.js: a consumer's colour, given on first sight
+//   labels.js     short client ids (the whole on hover);  ../common/clusters.js: close marks as one (unit-tested)
 //
 // Frames update the model and ask for a render; renders are throttled to one per
 // animation frame, so a flood of events costs one repaint per frame budget.
