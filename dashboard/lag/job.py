@@ -680,8 +680,10 @@ def compute_group_windows(snapshots, queue_windows):
     return group_windows_from(group_per_ts(snapshots), queue_windows)
 
 
-def group_windows_from(per_ts, queue_windows):
-    """Group windows from group_per_ts() rows and the same windows' queue rows."""
+def group_windows_from(per_ts, queue_windows, one_partition: bool = False):
+    """Group windows from group_per_ts() rows and the same windows' queue rows.
+    ``one_partition`` for rows already in one partition (a stream pass's): every step
+    stays in it, without an exchange."""
     from pyspark.sql import functions as F
 
     frames = []
@@ -695,13 +697,26 @@ def group_windows_from(per_ts, queue_windows):
                  "max_lag", "avg_lag", "p95_lag")
         frames.append(_with_partitions(agg, res_ms=res_ms, res=res))
     windows = frames[0].unionByName(frames[1])
+    if one_partition:
+        queue_windows = queue_windows.coalesce(1)
     order = F.array(*map(F.lit, status_rules.STATUS_ORDER))
-    from_queues = queue_windows.groupBy("group", "res", "window_start").agg(
+    keys = ["group", "res", "window_start"]
+    from_queues = queue_windows.groupBy(*keys).agg(
         F.max("time_lag_ms").alias("time_lag_ms"), F.max("max_time_lag_ms").alias("max_time_lag_ms"),
         F.max(F.array_position(order, F.col("status"))).alias("_rank"),
         *[F.sum((F.col("status") == s_).cast("int")).alias(f"queues_{s_.lower()}") for s_ in status_rules.STATUS_ORDER],
     ).withColumn("status", F.element_at(order, F.col("_rank").cast("int"))).drop("_rank")
-    return windows.join(from_queues, ["group", "res", "window_start"], "left")
+    # windows LEFT JOIN from_queues USING (keys), as one aggregation: each side has one row
+    # per key and its own columns. (A join shuffles even two one-partition sides on string
+    # keys; the stream's plan must have no exchange to be run again - stream.py.)
+    left = [c for c in windows.columns if c not in keys]
+    right = [c for c in from_queues.columns if c not in keys]
+    both = windows.withColumn("_window", F.lit(True)).unionByName(from_queues, allowMissingColumns=True)
+    if one_partition:
+        both = both.coalesce(1)
+    merged = both.groupBy(*keys).agg(*[F.first(c, ignorenulls=True).alias(c) for c in left + right],
+                                     F.max("_window").alias("_window"))
+    return merged.filter(F.col("_window")).select(*keys, *left, *right)
 
 
 def compute_owner_windows(samples):

@@ -50,7 +50,8 @@ def service_status(lag_dir: Path) -> dict:
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and every descendant (its JVM), from /proc."""
+    """User + system CPU seconds of ``pid`` and every descendant (its JVM, Spark's Python
+    workers), from /proc; descendants that have exited count through their parent's."""
     tick = os.sysconf("SC_CLK_TCK")
     total, todo = 0.0, [pid]
     while todo:
@@ -58,7 +59,7 @@ def tree_cpu_seconds(pid: int) -> float:
         try:
             with open(f"/proc/{current}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            total += sum(int(f) for f in fields[11:15]) / tick   # utime stime cutime cstime
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]

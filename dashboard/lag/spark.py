@@ -16,9 +16,11 @@ and writes plain paths, and renames the staged output itself.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 _LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
+_PROJECT = Path(__file__).resolve().parents[2]
 
 BASE_CONF = {
     "spark.ui.enabled": "false",
@@ -73,6 +75,12 @@ def get_spark(master: str | None = None, app_name: str = "rebalance-lab-lag"):
                .config("spark.driver.memory", os.environ.get("LAG_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.driver.extraJavaOptions", java_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
+    # Python workers (the lag stream's input source, stream_input.py) run this interpreter
+    # and import this project.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(_PROJECT) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(_PROJECT)] + [p for p in paths if p])
     # Keep PySpark's own launcher quiet too (it prints the "default log level" banner).
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{java_opts}' pyspark-shell")
     spark = builder.getOrCreate()

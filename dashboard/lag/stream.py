@@ -15,14 +15,23 @@ Spark query over them and the *state* the previous pass left:
 each kept for ``horizon`` before the newest sample (the status rules' look-back plus the
 windows a new slice can still change). New rows' partials are merged into the state's
 (late rows of a slice merge exactly: maxima, sums, concatenated lags), and the batch job's
-own functions (job.py) compute, from state + new, every window the new rows can change -
-the new slices', the windows whose end-of-window time lag interpolates towards them, the
-minutes they fall in, the statuses after them - and the next state. The query's result
-comes back as one Arrow table; its rows are upserted into each table's tail (tail.py) and
-the state is saved; then ``_state.json`` records the files as processed and names the new
+own functions (job.py) compute, from state + new, every window of the horizon and the
+next state. The query's result comes back as one Arrow table; ``trim`` keeps the windows
+the new rows can change - the new slices', the windows whose end-of-window time lag
+interpolates towards them, the minutes they fall in, the statuses after them - which are
+upserted into each table's tail (tail.py), and the state from ``horizon`` on, which is
+saved; then ``_state.json`` records the files as processed and names the new
 state, in one rename: the checkpoint. A pass killed before that rename is done again from
 the old checkpoint with the same files, and upserts by key make that idempotent: nothing
 is lost, nothing doubled.
+
+What a pass costs is Spark planning, not rows: so the query holds nothing of one pass (its
+times are applied by ``trim``, in Arrow) and, in a local session, it is planned once and
+run again each pass: its leaves are a data source (stream_input.py) that reads, when the
+query runs, the files ``_stream_inputs.json`` names - the new slices and the state's files.
+A slice without any event a table is made of (a steady lab's) runs a smaller variant with
+no event inputs. Over Spark Connect or on a cluster the query is planned each pass, over
+the same rows as in-memory relations.
 
 The batch job (``lagjob``) computes the same rows from all recordings. When a pass cannot
 be a stream step - no valid state (first start, or a batch run changed the history since),
@@ -34,6 +43,8 @@ named in ``_state.json``'s ``skipped`` (the history page says so); it never stop
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import shutil
 import time
@@ -49,7 +60,10 @@ from .job import (EVENTS, MINUTE, QUEUE_KEYS, SNAPSHOTS, TABLE_HAS_RES, JobParam
                   _merge_windows, aggregate_samples, compute_flow_control, compute_marks, compute_owner_windows,
                   compute_queue_windows, compute_rebalances, group_per_ts, group_windows_from, list_recordings,
                   queue_points, _spark_schema)
+from .spark import is_connect
 from consumers_app.lab.recorder import SCHEMAS
+
+log = logging.getLogger(__name__)
 
 STREAM_DIR = "_stream"
 STATE_TABLES = ("points", "owners", "per_ts", "events", "last_rebalance")
@@ -86,6 +100,10 @@ class LagStream:
         # the next as in-memory relations - no file scans, footers or broadcasts per pass.
         self._state_tables: tuple = (None, {})
         self._slice: dict = {}   # (kind, rel) -> the new file's rows, read once by _inspect
+        # The pass's queries (with_events -> FoldQuery), planned once and run again each pass
+        # over other files (stream_input.py); False where that cannot be (Spark Connect, a
+        # cluster, a plan with exchanges).
+        self._queries: dict = {}
 
     # -- one pass -------------------------------------------------------------------
 
@@ -145,11 +163,14 @@ class LagStream:
         lo, hi = span
         newest = max(stream["newest"] or hi, hi)
         keep_from = newest - reach.horizon_ms
-        inputs = {kind: self._slice_frame(spark, kind, [self._slice[(kind, rel)] for rel in new[kind]
-                                                        if (kind, rel) in self._slice])
-                  for kind in new}
-        frames = fold_plan(spark, job, inputs, self._state_frames(spark, stream), lows, keep_from, p)
-        result = self._collect(frames)
+        old_state = self._state_arrow(stream)
+        # A slice without events any table is made of (a steady lab's) folds in its snapshots
+        # only: the events state stays what it was (fewer inputs, a smaller plan).
+        with_events = lows[EVENTS] is not None
+        rows = self._run_fold(spark, new, stream, p, with_events)
+        if not with_events:
+            rows["events"] = old_state["events"] if old_state else _empty_events()
+        result = trim(rows, lows, keep_from, old_state["last_rebalance"] if old_state else None)
         windows = {}
         for table, has_res in TABLE_HAS_RES.items():
             rows = result.get(table)
@@ -206,24 +227,93 @@ class LagStream:
                     for kind in processed}
             spark = self.job.spark
             inputs = {kind: self.job._read(spark, kind, read[kind], -2 ** 62, 2 ** 62, None) for kind in read}
-            frames = fold_plan(spark, self.job, inputs, self._state_frames(spark, None),
-                               {SNAPSHOTS: None, EVENTS: None}, keep_from, p)
-            result = self._collect(frames)
+            frames = fold_plan(spark, self.job, inputs, None, p)
+            self._state_schemas = _state_schemas(frames)
+            result = trim(FoldQuery(frames).run(), {SNAPSHOTS: None, EVENTS: None}, keep_from, None)
             stream.update(state=self._save_state_tables(result), newest=newest, lower=keep_from)
         state["stream"] = stream
         self.job.save_state(state)
         return stream
 
-    def _state_frames(self, spark, stream: dict | None) -> dict | None:
-        """The state tables as DataFrames over Arrow data this process holds (None when there
-        is no state yet): the last pass's result, or the checkpoint's files after a start."""
-        if not (stream and stream.get("state")):
+    def _run_fold(self, spark, new: dict, stream: dict, p: JobParams, with_events: bool) -> dict[str, pa.Table]:
+        """fold_plan's rows for the new files and the state: with the query planned once
+        where it can be, else planned for this pass over in-memory relations."""
+        query = self._reusable_query(spark, p, with_events)
+        if query is not None:
+            base = self.out / STREAM_DIR / stream["state"] if stream.get("state") else None
+            manifest = {f"new/{kind}": [str(self.job.recordings / rel) for rel in new[kind]] for kind in new}
+            manifest.update({f"state/{name}": [str(base / f"{name}.parquet")] if base else [] for name in STATE_TABLES})
+            path = self._manifest_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path.with_suffix(".tmp"), "w") as f:
+                json.dump(manifest, f)
+            os.replace(path.with_suffix(".tmp"), path)
+            return query.run()
+        inputs = {kind: self._slice_frame(spark, kind, [self._slice[(kind, rel)] for rel in new[kind]
+                                                        if (kind, rel) in self._slice])
+                  for kind in new}
+        frames = fold_plan(spark, self.job, inputs, self._state_frames(spark, stream), p, with_events)
+        if with_events:
+            self._state_schemas = _state_schemas(frames)
+        return FoldQuery(frames).run()
+
+    def _manifest_path(self):
+        return self.out / "_stream_inputs.json"   # beside _state.json; _stream/ holds only states
+
+    def _reusable_query(self, spark, p: JobParams, with_events: bool) -> "FoldQuery | None":
+        """The pass's query over stream_input leaves, planned once per session, params and
+        variant. Only a local classic session: a Connect server or a cluster's executors may
+        not import this project (they get in-memory relations instead). Only a plan without
+        exchanges: a second run of a plan reuses its shuffle outputs (stale rows)."""
+        key = (id(spark), repr(p))
+        query = self._queries.get(with_events)
+        if query is False or (query is not None and query.key == key):
+            return query or None
+        self._queries[with_events] = False
+        if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
+            return None
+        try:
+            from .stream_input import NAME, LagStreamInput
+
+            spark.dataSource.register(LagStreamInput)
+            manifest = str(self._manifest_path())
+
+            def leaf(table: str, schema):
+                return (spark.read.format(NAME).option("manifest", manifest).option("table", table)
+                        .option("schema", schema.json()).load())
+
+            inputs = {kind: leaf(f"new/{kind}", _spark_schema(SCHEMAS[kind])) for kind in (SNAPSHOTS, EVENTS)}
+            schemas = _state_schemas(fold_plan(spark, self.job, inputs, None, p))
+            frames = fold_plan(spark, self.job, inputs,
+                               {name: leaf(f"state/{name}", schemas[name]) for name in STATE_TABLES}, p, with_events)
+            query = FoldQuery(frames, key)
+            plan = query.df._jdf.queryExecution().executedPlan().toString()
+        except Exception as exc:  # noqa: BLE001 - any failure: plan each pass, as before
+            log.warning("lag stream: planning each pass (the reusable query failed: %s)", str(exc).splitlines()[0])
+            return None
+        if "Exchange" in plan or "AdaptiveSparkPlan" in plan:
+            log.warning("lag stream: planning each pass (the query has exchanges)")
+            log.debug("%s", plan)
+            return None
+        self._queries[with_events] = query
+        return query
+
+    def _state_arrow(self, stream: dict) -> dict | None:
+        """The state tables as Arrow tables (None when there is no state yet): the last pass's
+        result, or the checkpoint's files after a start."""
+        if not stream.get("state"):
             return None
         if self._state_tables[0] != stream["state"]:
             base = self.out / STREAM_DIR / stream["state"]
             self._state_tables = (stream["state"], {name: pq.read_table(base / f"{name}.parquet")
                                                     for name in STATE_TABLES})
-        tables = self._state_tables[1]
+        return self._state_tables[1]
+
+    def _state_frames(self, spark, stream: dict) -> dict | None:
+        """The state tables as in-memory DataFrames (None when there is no state yet)."""
+        tables = self._state_arrow(stream)
+        if tables is None:
+            return None
         return {name: _frame(spark, tables[name], self._state_schemas.get(name)) for name in STATE_TABLES}
 
     def _slice_frame(self, spark, kind: str, tables: list):
@@ -232,10 +322,6 @@ class LagStream:
         table = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables]) if tables \
             else schema.empty_table()
         return _frame(spark, table, _spark_schema(schema))
-
-    def _collect(self, frames: dict) -> dict[str, pa.Table]:
-        self._state_schemas = {name: frames[name].schema for name in STATE_TABLES}
-        return collect(frames)
 
     def _save_state_tables(self, result: dict) -> str:
         name = f"state-{uuid.uuid4().hex}"
@@ -338,63 +424,117 @@ def _one(df):
     return df.coalesce(1)
 
 
-def fold_plan(spark, job: LagJob, new: dict, state: dict | None, lows: dict, keep_from: int, p: JobParams) -> dict:
-    """name -> DataFrame: the table rows that the new recordings (kind -> DataFrame) change
-    (only for the kinds with a low in ``lows``) and the next state (rows from ``keep_from``)."""
+def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, with_events: bool = True) -> dict:
+    """name -> DataFrame: every row the state and the new recordings (kind -> DataFrame)
+    make, for each table and for the next state; trim() keeps those a pass emits. Nothing
+    of one pass (its times) is in the plan, so one plan serves every pass. Without
+    ``with_events``, only what the snapshots make (no event input, no "events" state)."""
     from pyspark.sql import functions as F
 
     state = {name: _one(frame) for name, frame in (state or _empty_state(spark, job)).items()}
     snapshots = _one(new[SNAPSHOTS])
-    events = _one(new[EVENTS].filter(F.col("type").isin(*EVENT_TYPES)))
     partial = aggregate_samples(snapshots, shuffle=False)
     points = _merge_windows(_one(state["points"].unionByName(_points(partial))), TEN_S)
     owners = _merge_owners(_one(state["owners"].unionByName(_owners(partial))))
     per_ts = (_one(state["per_ts"].unionByName(group_per_ts(snapshots)))
               .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.sum("queues").alias("queues")))
-    every_event = _one(state["events"].unionByName(events))
+    queue_windows = compute_queue_windows(queue_points(points.withColumn("_kind", F.lit("q")), p))
+    frames = {
+        "queue_windows": queue_windows,
+        "group_windows": group_windows_from(per_ts, queue_windows, one_partition=True),
+        "owner_windows": compute_owner_windows(owners.withColumn("_kind", F.lit("o"))),
+        "points": points, "owners": owners, "per_ts": per_ts,
+    }
+    if with_events:
+        events = _one(new[EVENTS].filter(F.col("type").isin(*EVENT_TYPES)))
+        every_event = _one(state["events"].unionByName(events))
+        frames.update({
+            "rebalances": compute_rebalances(state["last_rebalance"].unionByName(every_event)),
+            "flow_control": compute_flow_control(every_event),
+            "marks": compute_marks(every_event, with_event_ts=True),
+            "events": every_event,
+        })
+    return frames
+
+
+def _state_schemas(frames: dict) -> dict:
+    """The state tables' Spark schemas, from fold_plan's frames."""
+    schemas = {name: frames[name].schema for name in ("points", "owners", "per_ts", "events")}
+    schemas["last_rebalance"] = schemas["events"]
+    return schemas
+
+
+def _empty_events() -> pa.Table:
+    return SCHEMAS[EVENTS].empty_table()
+
+
+def _at_least(table: pa.Table, column: str, ms: int):
+    """``column >= ms`` (a timestamp or an ms count) as a mask."""
+    col = table[column]
+    bound = pa.scalar(ms, pa.timestamp("ms", tz="UTC")).cast(col.type) if pa.types.is_timestamp(col.type) \
+        else pa.scalar(ms, col.type)
+    return pc.greater_equal(col, bound)
+
+
+def trim(rows: dict[str, pa.Table], lows: dict, keep_from: int, last_rebalance: pa.Table | None) -> dict:
+    """fold_plan's rows -> what a pass writes: the table rows the new recordings change
+    (only for the kinds with a low in ``lows``) and the next state (rows from ``keep_from``)."""
     out = {}
     snap_lo, event_lo = lows.get(SNAPSHOTS), lows.get(EVENTS)
     if snap_lo is not None:
         ten_from = snap_lo - snap_lo % TEN_S - 3 * TEN_S
         minute_from = (snap_lo - 2 * MINUTE) - (snap_lo - 2 * MINUTE) % MINUTE
-        emitted = ((F.col("res") == "10s") & _since("window_start", ten_from)) | (
-            (F.col("res") == "1m") & _since("window_start", minute_from))
-        queue_windows = compute_queue_windows(queue_points(points.withColumn("_kind", F.lit("q")), p)).filter(emitted)
-        out["queue_windows"] = queue_windows
-        out["group_windows"] = group_windows_from(per_ts, queue_windows).filter(emitted)
-        out["owner_windows"] = compute_owner_windows(owners.withColumn("_kind", F.lit("o"))).filter(
-            _since("window_start", snap_lo - snap_lo % MINUTE))
+        for table in ("queue_windows", "group_windows"):
+            t = rows[table]
+            emitted = pc.or_(pc.and_(pc.equal(t["res"], "10s"), _at_least(t, "window_start", ten_from)),
+                             pc.and_(pc.equal(t["res"], "1m"), _at_least(t, "window_start", minute_from)))
+            out[table] = t.filter(emitted)
+        t = rows["owner_windows"]
+        out["owner_windows"] = t.filter(_at_least(t, "window_start", snap_lo - snap_lo % MINUTE))
     if event_lo is not None:
-        out["rebalances"] = compute_rebalances(state["last_rebalance"].unionByName(every_event)).filter(
-            _since("end", event_lo))
-        out["flow_control"] = compute_flow_control(every_event).filter(
-            _since("window_start", event_lo - event_lo % MINUTE))
-        out["marks"] = compute_marks(every_event, with_event_ts=True).filter(
-            F.col("_event_ts") >= event_lo).drop("_event_ts")
-    out["points"] = points.filter(F.col("ws") >= keep_from)
-    out["owners"] = owners.filter(F.col("ws") >= keep_from - keep_from % MINUTE)
-    out["per_ts"] = per_ts.filter(F.col("ts") >= keep_from)
-    out["events"] = every_event.filter(F.col("ts") >= keep_from)
+        t = rows["rebalances"]
+        out["rebalances"] = t.filter(_at_least(t, "end", event_lo))
+        t = rows["flow_control"]
+        out["flow_control"] = t.filter(_at_least(t, "window_start", event_lo - event_lo % MINUTE))
+        t = rows["marks"]
+        out["marks"] = t.filter(_at_least(t, "_event_ts", event_lo)).drop_columns(["_event_ts"])
+    out["points"] = rows["points"].filter(_at_least(rows["points"], "ws", keep_from))
+    out["owners"] = rows["owners"].filter(_at_least(rows["owners"], "ws", keep_from - keep_from % MINUTE))
+    out["per_ts"] = rows["per_ts"].filter(_at_least(rows["per_ts"], "ts", keep_from))
+    events = rows["events"]
+    out["events"] = events.filter(_at_least(events, "ts", keep_from))
     # Each client's last rebalance event that leaves the state (its next one may start from it).
-    leaving = state["last_rebalance"].unionByName(
-        every_event.filter((F.col("type") == "rebalance") & (F.col("ts") < keep_from)))
-    out["last_rebalance"] = (leaving.groupBy("group", "client_id")
-                             .agg(F.max_by(F.struct(*leaving.columns), "ts").alias("e")).select("e.*"))
+    leaving = events.filter(pc.and_(pc.equal(events["type"], "rebalance"),
+                                    pc.invert(_at_least(events, "ts", keep_from))))
+    if last_rebalance is not None:
+        leaving = pa.concat_tables([last_rebalance.select(leaving.column_names).cast(leaving.schema), leaving])
+    out["last_rebalance"] = _latest_per_client(leaving)
     return out
 
 
-def collect(frames: dict) -> dict[str, pa.Table]:
-    """Every frame in one Spark job (one wide union, tagged by name) -> name -> Arrow table."""
-    from pyspark.sql import functions as F
+def _latest_per_client(events: pa.Table) -> pa.Table:
+    """Per (group, client_id), the row with the largest ts."""
+    ordered = events.sort_by([("ts", "ascending")])
+    latest = {key: i for i, key in enumerate(zip(ordered["group"].to_pylist(), ordered["client_id"].to_pylist()))}
+    return ordered.take(pa.array(sorted(latest.values()), pa.int64()))
 
-    names = list(frames)
-    union = None
-    for name in names:
-        tagged = frames[name].withColumn("_out", F.lit(name))
-        union = tagged if union is None else union.unionByName(tagged, allowMissingColumns=True)
-    table = union.toArrow()
-    result = {}
-    for name in names:
-        columns = frames[name].columns
-        result[name] = table.filter(pc.equal(table["_out"], name)).select(columns)
-    return result
+
+class FoldQuery:
+    """fold_plan's frames as one Spark job (one wide union, tagged by name); run() -> name
+    -> Arrow table. Run again, the same plan reads the files its leaves are given then."""
+
+    def __init__(self, frames: dict, key=None):
+        from pyspark.sql import functions as F
+
+        self.key = key
+        self.columns = {name: frame.columns for name, frame in frames.items()}
+        union = None
+        for name, frame in frames.items():
+            tagged = frame.withColumn("_out", F.lit(name))
+            union = tagged if union is None else union.unionByName(tagged, allowMissingColumns=True)
+        self.df = union
+
+    def run(self) -> dict[str, pa.Table]:
+        table = self.df.toArrow()
+        return {name: table.filter(pc.equal(table["_out"], name)).select(columns)
+                for name, columns in self.columns.items()}
