@@ -372,8 +372,11 @@ def _crash_point(where: str) -> None:
 # -- the plan (DataFrame functions; the batch job's computations) --------------------------
 
 def _frame(spark, table: pa.Table, schema=None):
-    """An Arrow table as a DataFrame (an in-memory relation: a pass's inputs are small)."""
-    return spark.createDataFrame(table, schema=schema)
+    """An Arrow table as a DataFrame (an in-memory relation: a pass's inputs are small); its
+    schema from the Arrow one when not given (Spark Connect infers none from no rows)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame(table, schema=schema or from_arrow_schema(table.schema))
 
 
 def _empty_state(spark, job: LagJob) -> dict:
