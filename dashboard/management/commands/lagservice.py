@@ -9,10 +9,11 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-# The service's JVM runs for hours: the JIT's full tiers pay back (a pass after warm-up costs
-# ~25 % less CPU than with C1 only, bench/lag_stream_pass.py); one GC thread for a small heap.
-# A backfill (lagjob) keeps the JVM's defaults.
-SERVICE_JAVA_OPTS = "-XX:+UseSerialGC"
+# The service runs one plan again and again (stream.py): C1 alone compiles its few hot paths
+# soon and cheaply, where C2's extra tier kept compiling for minutes after start (a pass
+# after 10 warm ones: 0.85 s of CPU against 1.10 s with every tier, bench/lag_stream_pass.py,
+# same run); one GC thread for a small heap. A backfill (lagjob) keeps the JVM's defaults.
+SERVICE_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 # A pass is thousands of rows through ~25 small stages: what costs is planning and starting
 # them, not the rows. Measured per pass (bench/lag_stream_pass.py, 2 cores): compiling
