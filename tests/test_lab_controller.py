@@ -317,11 +317,23 @@ async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(co
     survivors take its queues from the committed offset and consume part of it again. The
     lab's rebalance shows each move from the victim, and its duplicate count is the one
     computed here from the consumers' own consume events."""
-    victim = live_members(controller)[-1]
+    # A member consuming now: one whose queues get no messages (or one another test just cut
+    # and healed, its pulls backing off) would leave nothing consumed to repeat.
+    since = now_ms()
+
+    def consuming():
+        recent = {e["client_id"] for e in listener.events("consume") if e.get("ranges") and e["ts"] >= since}
+        return [c for c in live_members(controller) if c in recent]
+
+    victim = (await async_wait_until(consuming, timeout=20, message="a member consuming"))[0]
     held = group_view(controller.state.snapshot())["assignments"][victim]
+    slowed_at = now_ms()
     await bus.request("consumer", client_id=victim, action="slow", ms=100)
-    await async_wait_until(lambda: any(e["client_id"] == victim and e.get("ranges") for e in listener.events("consume")),
-                           timeout=10, message="the victim consuming")
+    # Consuming since it was slowed (not only before: a member the previous test cut and
+    # healed may still be backing off its pulls - then the kill would leave nothing to repeat).
+    await async_wait_until(lambda: any(e["client_id"] == victim and e.get("ranges") and e["ts"] >= slowed_at
+                                       for e in listener.events("consume")),
+                           timeout=30, message="the victim consuming since it was slowed")
     killed_at = now_ms()
     seen: dict = {}
     try:
