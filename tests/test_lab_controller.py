@@ -360,7 +360,9 @@ async def test_a_kill_hands_its_queues_over_and_counts_the_duplicates_exactly(co
             moves = [m for m in detail["moves"] if m["added_ts"] >= killed_at]
             ours = seen["records"] = {m["queue"]: duplicates_of_move(events, m) for m in moves}
             theirs = seen["lab"] = {m["queue"]: m["duplicates"] for m in moves}
-            return ours == theirs and sum(ours.values()) > 0 and detail
+            # (Whether the kill left anything to repeat depends on when it lands against the
+            # victim's last offset commit: what must hold is that the lab counts what happened.)
+            return ours == theirs and detail
 
         try:
             detail = await async_wait_until(counts_agree, timeout=30,
