@@ -106,3 +106,13 @@ def server_state(page) -> dict:
     response = page.request.get(f"{origin}/api/state")
     assert response.ok, response.text()
     return response.json()
+
+
+def api(page, method: str, path: str, body=None) -> dict:
+    """A control-API call from the page itself (its session and CSRF token): status and JSON body."""
+    return page.evaluate("""async ([method, path, body]) => {
+        const token = document.querySelector('meta[name="csrf-token"]').content;
+        const r = await fetch(path, { method, credentials: "same-origin", body: body === null ? undefined : JSON.stringify(body),
+          headers: { "Content-Type": "application/json", "X-CSRFToken": token } });
+        return { status: r.status, body: await r.json() };
+    }""", [method, path, body])

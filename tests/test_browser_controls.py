@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from .support import wait_until
-from .browser import screenshot
+from .browser import api, screenshot
 from .test_browser_live import GROUP, lab_url  # noqa: F401 - the same kind of lab (a module of its own)
 
 pytestmark = pytest.mark.browser
@@ -25,15 +25,6 @@ def page(lab_url, browser):  # noqa: F811 - lab_url imported above, browser the 
     expect(page.locator("#ws-status")).to_have_attribute("data-state", "live", timeout=20_000)
     yield page
     assert errors == [], errors[0]
-
-
-def api(page, method: str, path: str, body=None) -> dict:
-    return page.evaluate("""async ([method, path, body]) => {
-        const token = document.querySelector('meta[name="csrf-token"]').content;
-        const r = await fetch(path, { method, credentials: "same-origin", body: body === null ? undefined : JSON.stringify(body),
-          headers: { "Content-Type": "application/json", "X-CSRFToken": token } });
-        return { status: r.status, body: await r.json() };
-    }""", [method, path, body])
 
 
 def state(page) -> dict:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from playwright.sync_api import expect
 
-from .browser import screenshot
+from .browser import api, screenshot
 from .support import wait_until
 from .test_browser_live import lab_url  # noqa: F401 - a lab of this module's own
 
@@ -45,15 +45,6 @@ def page(lab_url, browser):  # noqa: F811 - lab_url imported above, browser the 
     expect(page.locator(f"{LAB} th.queue-head")).to_have_count(8, timeout=30_000)
     yield page
     assert errors == [], errors[0]
-
-
-def api(page, method: str, path: str, body=None) -> dict:
-    return page.evaluate("""async ([method, path, body]) => {
-        const token = document.querySelector('meta[name="csrf-token"]').content;
-        const r = await fetch(path, { method, credentials: "same-origin", body: body === null ? undefined : JSON.stringify(body),
-          headers: { "Content-Type": "application/json", "X-CSRFToken": token } });
-        return { status: r.status, body: await r.json() };
-    }""", [method, path, body])
 
 
 def frames_pass(page, n: int) -> None:
