@@ -2,9 +2,11 @@
 import queue
 import threading
 import time
+import types
 
 import pytest
 
+from consumers_app.broker import membership
 from consumers_app.protocol import lab, v2
 from consumers_app.protocol import v2_service as svc
 
@@ -268,3 +270,37 @@ def test_membership_watch_join_leave_expire(broker, stubs_for):
         assert change.ts > 0
     finally:
         watcher.close()
+
+
+def test_membership_keeps_each_groups_recent_departures_with_how_they_went(monkeypatch):
+    """What the lab-only GET_CONSUMER_DEPARTURES answers (pure, on a clock of the test's):
+    a goodbye, a closed connection and an expiry each kept with its reason, oldest first,
+    per group; at most DEPARTURES_KEPT of a group, for DEPARTURE_TTL_S; a group whose
+    departures all aged out is forgotten, so groups coming and going hold it flat."""
+    now = [1000.0]
+    monkeypatch.setattr(membership, "time", types.SimpleNamespace(monotonic=lambda: now[0], time=time.time))
+    m = membership.Membership(channel_expired_ms=10_000)
+    for group, client_id in (("G", "bye"), ("G", "killed"), ("G", "silent"), ("H", "other")):
+        m.heartbeat(group, client_id)
+    m.open_session("G", "killed")
+    now[0] += 6
+    m.heartbeat("H", "other")
+    m.unregister("G", "bye", "left")
+    m.close_session("G", "killed")
+    assert not m.unregister("G", "never-there", "left")
+    now[0] += 6   # "silent" 12 s without a heartbeat: past the 10 s expiry
+    m.scan_expired()
+    got = m.departures("G")
+    assert [(d["clientId"], d["reason"]) for d in got] == [("bye", "left"), ("killed", "closed"), ("silent", "expired")]
+    assert all(d["ts"] > 0 for d in got) and m.departures("H") == [] and m.members("H") == ["other"]
+    m.unregister("H", "other", "left")
+
+    for i in range(membership.DEPARTURES_KEPT + 5):
+        m.heartbeat("G", f"c{i}")
+        m.unregister("G", f"c{i}", "left")
+    kept = [d["clientId"] for d in m.departures("G")]
+    assert kept == [f"c{i}" for i in range(5, membership.DEPARTURES_KEPT + 5)]
+
+    now[0] += membership.DEPARTURE_TTL_S + 1
+    m.scan_expired()
+    assert m.departures("G") == [] and m._departures == {}

@@ -9,12 +9,17 @@ for ``channel_expired_ms`` (120 s) - checked every ``scan_interval_ms`` (10 s), 
 ClientHousekeepingService. So a killed process leaves at once; a hung one or one cut
 off the network (no close) only after the expiry. Every change is pushed to the group's watchers (the
 lab's WatchMembership stream: 4.x's "consumer ids changed" notice).
+
+A member gone is kept a while with how it went (``departures``: "left", "closed" or
+"expired"), for whoever sees it gone later by polling the member list (the lab observing
+over remoting asks with a lab-only request); RocketMQ's ConsumerManager forgets it at once.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..javastr import java_key
@@ -35,6 +40,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# Departures kept per group: enough for a poller a few seconds behind (the lab looks every
+# second), bounded however many members churn or groups come and go.
+DEPARTURES_KEPT = 64
+DEPARTURE_TTL_S = 300.0
+
+
 class Membership:
     def __init__(self, channel_expired_ms: int = 120_000, scan_interval_ms: int = 10_000):
         self.expired_s = channel_expired_ms / 1000
@@ -44,6 +55,8 @@ class Membership:
         self._watchers: dict[str, set[asyncio.Queue]] = {}
         self.listeners = []  # callables (group, joined, left, reason) for other components
         self._sessions: dict[tuple[str, str], int] = {}  # (group, client id) -> open session streams
+        # group -> (monotonic time, ts ms, client id, reason) of its recent departures, oldest first
+        self._departures: dict[str, deque] = {}
         self._task = None
 
     # ------------------------------------------------------------------ queries
@@ -60,6 +73,12 @@ class Membership:
 
     def known_group(self, group: str) -> bool:
         return group in self.groups
+
+    def departures(self, group: str) -> list[dict]:
+        """The group's members gone in the last ``DEPARTURE_TTL_S`` (at most ``DEPARTURES_KEPT``),
+        oldest first: {"clientId", "reason", "ts"}."""
+        self._forget_departures(time.monotonic())
+        return [{"clientId": cid, "reason": reason, "ts": ts} for _, ts, cid, reason in self._departures.get(group, ())]
 
     # ------------------------------------------------------------------ changes
 
@@ -94,6 +113,8 @@ class Membership:
         # Its sessions end with it: if the id comes back, its new sessions are counted
         # afresh, so a later close of them is noticed at once (not at expiry).
         self._sessions.pop((group, client_id), None)
+        self._departures.setdefault(group, deque(maxlen=DEPARTURES_KEPT)).append(
+            (time.monotonic(), now_ms(), client_id, reason))
         self._changed(group, joined=[], left=[client_id], reason=reason)
         return True
 
@@ -126,6 +147,14 @@ class Membership:
                 self.unregister(group, cid, reason="expired")
         for cid in [c for c, i in self.producers.items() if now - i.last_seen > self.expired_s]:
             del self.producers[cid]
+        self._forget_departures(now)
+
+    def _forget_departures(self, now: float) -> None:
+        for group, gone in list(self._departures.items()):
+            while gone and now - gone[0][0] > DEPARTURE_TTL_S:
+                gone.popleft()
+            if not gone:
+                del self._departures[group]
 
     def _changed(self, group, joined, left, reason):
         change = {"group": group, "client_ids": self.members(group), "joined": joined,
