@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from consumers_app.remoting import wire
-from consumers_app.remoting.codec import Command, encode
+from consumers_app.remoting.codec import FLAG_ONEWAY, Command, encode
 from consumers_app.client.config import ConsumeResult
 
 from .brokers import BrokerProcess
@@ -156,6 +156,35 @@ def test_members_are_notified_and_what_dashboards_ask_is_answered(broker):
     finally:
         first.close()
         second.close()
+
+
+def test_the_lab_only_departures_request_says_how_each_member_went(broker):
+    """GET_CONSUMER_DEPARTURES (20010, lab-only; a real broker does not support it): a
+    goodbye (UNREGISTER_CLIENT) is "left", a connection closed without one "closed". A
+    goodbye sent oneway with the close right behind it is "left" too: the broker starts each
+    request it read before it notices the end of the stream, so the close finds it gone."""
+    addr, group = broker_address(broker.namesrv), "GID_DEPARTURES"
+    conns = {name: Raw(addr) for name in ("stay", "bye", "killed", "hasty")}
+    try:
+        for name, conn in conns.items():
+            heartbeat(conn, f"dep-{name}", group)
+        goodbye = {"clientID": "dep-bye", "consumerGroup": group, "producerGroup": ""}
+        assert conns["bye"].call(wire.UNREGISTER_CLIENT, goodbye).code == wire.SUCCESS
+        conns["killed"].close()
+        conns["hasty"].sock.sendall(encode(Command(wire.UNREGISTER_CLIENT, {**goodbye, "clientID": "dep-hasty"},
+                                                   opaque=7, flag=FLAG_ONEWAY)))
+        conns["hasty"].close()
+        wait_until(lambda: members(addr, group) == ["dep-stay"], timeout=5, message="three of four gone")
+        answer = call(addr, wire.GET_CONSUMER_DEPARTURES, {"consumerGroup": group})
+        assert answer.code == wire.SUCCESS, answer.remark
+        departures = wire.loads(answer.body)["departures"]
+        assert {d["clientId"]: d["reason"] for d in departures} == {
+            "dep-bye": "left", "dep-killed": "closed", "dep-hasty": "left"}
+        assert wire.loads(call(addr, wire.GET_CONSUMER_DEPARTURES, {"consumerGroup": "GID_NOBODY"}).body) == {
+            "departures": []}
+    finally:
+        for conn in conns.values():
+            conn.close()
 
 
 # ------------------------------------------------------------------ ali-ons, unchanged

@@ -26,6 +26,10 @@ GET_TOPIC_STATS_INFO, GET_CONSUMER_CONNECTION_LIST, GET_CONSUME_STATS = 202, 203
 GET_CONSUMER_RUNNING_INFO = 307
 SEND_MESSAGE_V2, SEND_BATCH_MESSAGE = 310, 320
 LITE_PULL_MESSAGE = 361   # DefaultLitePullConsumer's pull (5.x); the broker serves it as PULL_MESSAGE
+# Lab-only RequestCode, far above RocketMQ's own: a real broker answers REQUEST_CODE_NOT_SUPPORTED.
+# A group's members gone lately with how each went ({"departures": [{"clientId", "reason", "ts"}]}):
+# a cluster's member list cannot tell a goodbye from a closed connection or an expiry.
+GET_CONSUMER_DEPARTURES = 20010
 
 # ResponseCode
 SUCCESS, SYSTEM_ERROR, SYSTEM_BUSY, REQUEST_CODE_NOT_SUPPORTED = 0, 1, 2, 3

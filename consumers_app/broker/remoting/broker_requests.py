@@ -51,6 +51,7 @@ class BrokerRequests:
             wire.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             wire.GET_CONSUME_STATS: self.consume_stats,
             wire.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
+            wire.GET_CONSUMER_DEPARTURES: self.consumer_departures,   # lab-only
         }
 
     async def handle(self, conn: "Connection", cmd: Command) -> Command | None:
@@ -254,6 +255,11 @@ class BrokerRequests:
         if cmd.text("producerGroup"):
             self.core.membership.unregister(None, client_id)
         return response(cmd)
+
+    async def consumer_departures(self, conn, cmd: Command) -> Command:
+        """Lab-only: the group's members gone lately, each with how (membership.departures)."""
+        departures = self.core.membership.departures(cmd.text("consumerGroup") or "")
+        return response(cmd, body=wire.dumps({"departures": departures}))
 
     async def consumer_list(self, conn, cmd: Command) -> Command:
         group = cmd.text("consumerGroup") or ""
