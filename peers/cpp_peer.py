@@ -9,6 +9,7 @@ lab peer: one JSON object per line on stdout, like peers/ali_ons_peer.js.
 Run it with PYTHONPATH naming where ``make cpp-peer`` installed the package (it is kept
 apart: its module is called ``rocketmq``, as the official v5 client's is).
 """
+import ctypes
 import json
 import os
 import signal
@@ -27,6 +28,13 @@ def consume(namesrv: str, group: str, topic: str) -> None:
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
     consumer.set_thread_count(2)
+    # 2.1's DefaultMQPushConsumerImpl::shutdown() first shuts the message-trace producer down
+    # without checking it exists: with tracing off (the default) it dereferences null and the
+    # process dies (SIGSEGV) before it commits offsets and unregisters, so the broker only
+    # sees the connection close. Tracing on at start creates that producer; off again after
+    # start, so no trace is sent per message, and a SIGTERM is a goodbye: offsets committed,
+    # UNREGISTER_CLIENT answered, then the close.
+    _message_trace(consumer, True)
 
     def on_message(msg):
         out({"id": msg.id, "topic": msg.topic, "queue": msg.queue_id, "offset": msg.queue_offset,
@@ -34,11 +42,21 @@ def consume(namesrv: str, group: str, topic: str) -> None:
 
     consumer.subscribe(topic, on_message)
     consumer.start()
+    _message_trace(consumer, False)
     out({"ready": True, "pid": os.getpid()})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()
     consumer.shutdown()
+
+
+def _message_trace(consumer, on: bool) -> None:
+    """SetPushConsumerMessageTrace, which the Python binding does not wrap (CTraceModel: OPEN 0, CLOSE 1)."""
+    from rocketmq.ffi import dll
+
+    dll.SetPushConsumerMessageTrace.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    if dll.SetPushConsumerMessageTrace(consumer._handle, 0 if on else 1) != 0:
+        raise RuntimeError("SetPushConsumerMessageTrace failed")
 
 
 def produce(namesrv: str, topic: str, count: int) -> None:
