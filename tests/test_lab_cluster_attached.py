@@ -7,8 +7,9 @@ C++-client consumers started outside the lab form observed groups.
   consumer of the lab's own group, and an observed group frozen with SIGSTOP, both show
   their backlog aging; a queue never shows 0 while its time lag is unknown.
 * Why a member went: the cluster only lists members; the lab names its own clients'
-  departures (stop: left, kill: closed, cut: expired) and an observed one that went silent
-  before the broker dropped it as expired."""
+  departures (stop: left, kill: closed, cut: expired), and for an observed one asks the
+  broker (a lab-only request): a goodbye is left, a killed process closed, a frozen one
+  expired. A real RocketMQ broker cannot say: the lab infers (silent: expired, else left)."""
 import os
 import signal
 
@@ -18,6 +19,7 @@ import pytest_asyncio
 from consumers_app.lab import bus
 from consumers_app.lab.cluster_admin import ClusterAdmin, attachment
 from consumers_app.lab.controller import LabController
+from consumers_app.lab.observer import Cluster
 from consumers_app.lab.scenario import GroupSpec, Scenario
 
 from .brokers import BrokerProcess
@@ -147,7 +149,7 @@ async def test_the_labs_own_members_read_left_closed_or_expired_as_they_went(lab
     assert {c: gone[c] for c in added} == {said_goodbye: "left", killed: "closed", cut: "expired"}
 
 
-async def test_an_observed_member_that_says_goodbye_reads_left(lab, cluster, peers):
+async def test_an_observed_member_reads_left_after_its_goodbye_and_closed_when_killed(lab, cluster, peers):
     require_cpp()
     group = "GID_GOODBYE"
     peers.extend(Cpp.consume(cluster.namesrv, group, WATCHED) for _ in range(2))
@@ -159,10 +161,73 @@ async def test_an_observed_member_that_says_goodbye_reads_left(lab, cluster, pee
     await async_wait_until(lambda: all(c["assignment_source"] == "client"
                                        for c in view(lab, group)["clients"].values()),
                            timeout=30, message="both answering running info")
-    peers[0].stop()   # SIGTERM: the C++ client shuts down and unregisters
+    peers[0].stop()   # SIGTERM: the C++ client commits, unregisters (UNREGISTER_CLIENT), then closes
+    assert peers[0].proc.returncode == 0, "a clean shutdown (peers/cpp_peer.py: 2.1's shutdown segfault)"
     gone = await async_wait_until(lambda: departures(lab, group), timeout=30, message="one member gone")
-    assert list(gone.values()) == ["left"] and set(gone) < set(members)
-    assert view(lab, group)["clients"][next(iter(gone))]["status"] == "left"
+    [said_goodbye] = gone
+    assert gone == {said_goodbye: "left"} and said_goodbye in members
+    assert view(lab, group)["clients"][said_goodbye]["status"] == "left"
+
+    peers[1].kill()   # SIGKILL: no goodbye, only its connection closing
+    [killed] = set(members) - {said_goodbye}
+    gone = await async_wait_until(lambda: killed in departures(lab, group) and departures(lab, group),
+                                  timeout=30, message="the killed member gone")
+    assert gone == {said_goodbye: "left", killed: "closed"}
+    assert view(lab, group)["clients"][killed]["status"] == "closed"
+
+
+class DeparturesCluster(Cluster):
+    """An observer's Cluster whose brokers answer every request with ``answer``."""
+
+    def __init__(self, answer):
+        super().__init__("namesrv:9876")
+        self.answer, self.asked = answer, []
+
+    async def ask(self, address, code, ext=None):
+        self.asked.append((address, code, dict(ext or {})))
+        return self.answer
+
+
+async def test_an_observed_departure_is_the_brokers_word_and_inferred_where_a_real_broker_cannot_say():
+    from consumers_app.lab.observer import ClientSighting, Sighting, changes, departure
+    from consumers_app.remoting import wire
+    from consumers_app.remoting.codec import Command
+
+    def looks():
+        before = Sighting(1, WATCHED, "push", [], address="broker:10911", clients={
+            "stays": ClientSighting("stays", queues={}, answered=True),
+            "bye": ClientSighting("bye", queues={}, answered=True),
+            "quiet": ClientSighting("quiet", queues=None, answered=True)})   # silent at its last look
+        return before, Sighting(2, WATCHED, "push", [], address="broker:10911",
+                                clients={"stays": ClientSighting("stays", queues={})})
+
+    # Our broker: its word, the latest for a member that came back and went again; a member
+    # still listed and a reason it does not know are ignored.
+    told = [{"clientId": "bye", "reason": "closed", "ts": 1}, {"clientId": "bye", "reason": "left", "ts": 2},
+            {"clientId": "quiet", "reason": "closed", "ts": 3}, {"clientId": "stays", "reason": "left", "ts": 4},
+            {"clientId": "quiet", "reason": "vanished", "ts": 5}]
+    ours = DeparturesCluster(Command(wire.SUCCESS, body=wire.dumps({"departures": told}), flag=1))
+    before, after = looks()
+    await ours.tell_departures("G", before, after)
+    assert ours.asked == [("broker:10911", wire.GET_CONSUMER_DEPARTURES, {"consumerGroup": "G"})]
+    assert after.departures == {"bye": "left", "quiet": "closed"}
+    assert {c: departure(before.clients[c], after.departures.get(c, "")) for c in ("bye", "quiet")} == {
+        "bye": "left", "quiet": "closed"}
+    del after.departures["bye"], before.clients["bye"]
+    [membership] = [e for e in changes("G", before, after) if e.type == "membership"]
+    assert (membership.left, membership.reason) == (["quiet"], "closed")
+    await ours.tell_departures("G", after, after)   # nobody gone: nothing asked
+    assert len(ours.asked) == 1
+
+    # A real RocketMQ broker: REQUEST_CODE_NOT_SUPPORTED, once; then inferred, never asked again.
+    real = DeparturesCluster(Command(wire.REQUEST_CODE_NOT_SUPPORTED, remark=" request type 20010 not supported",
+                                     flag=1))
+    for _ in range(2):
+        before, after = looks()
+        await real.tell_departures("G", before, after)
+        assert after.departures == {}
+    assert len(real.asked) == 1
+    assert {c: departure(before.clients[c]) for c in ("bye", "quiet")} == {"bye": "left", "quiet": "expired"}
 
 
 class FakeCluster:

@@ -15,6 +15,8 @@ One look (``Cluster.look``) is, over remoting only, so it works on any cluster:
   min/max offsets and the group's committed offsets, so lag is known whoever holds the queue;
 * PULL_MESSAGE (11) of one message at a queue's committed offset, committing nothing: the
   store time of the oldest unconsumed message, hence the time lag (``OldestUnconsumed``).
+* when a member is gone, the lab-only GET_CONSUMER_DEPARTURES (20010) to the lab's own broker:
+  how it went (``departure``); a real RocketMQ broker does not support it and is not asked again.
 
 ``changes(before, after)`` is pure: the events that lead from one look to the next.
 """
@@ -40,6 +42,8 @@ PROBES_PER_LOOK = 64
 MIB = 1 << 20
 # RocketMQ's consume types as the lab names the modes.
 MODES = {"CONSUME_PASSIVELY": "push", "CONSUME_ACTIVELY": "lite_pull", "CONSUME_POP": "pop"}
+# How a member went, as the lab's broker tells it: a goodbye, its connection closed, its channel expired.
+DEPARTURES = ("left", "closed", "expired")
 
 
 class NotObservable(Exception):
@@ -78,6 +82,10 @@ class Sighting:
     # MessageQueue -> {"min_offset", "max_offset", "committed_offset", "last_consumed_ts",
     # "oldest_unconsumed_store_ts" (0: nothing unconsumed; None: not known yet)}
     offsets: dict[MessageQueue, dict] = field(default_factory=dict)
+    address: str = ""   # the broker that listed the group
+    # client id -> how it went, for members of the look before gone since, as the broker
+    # told it (``Cluster.tell_departures``); empty when the broker cannot tell.
+    departures: dict[str, str] = field(default_factory=dict)
 
 
 class Cluster:
@@ -88,6 +96,7 @@ class Cluster:
         self.timeout = timeout
         self._connections: dict[str, RemotingClient] = {}
         self.oldest = OldestUnconsumed(self)
+        self._untold: set[str] = set()   # brokers that do not support GET_CONSUMER_DEPARTURES
         # Asked from several tasks at once (the lab's admin calls): one connection per address.
         self._connecting = asyncio.Lock()
 
@@ -186,6 +195,30 @@ class Cluster:
         messages = wire.decode_messages(answer.body)
         return int(messages[0]["store_ts"]) if messages else None
 
+    async def tell_departures(self, group: str, before: Sighting, after: Sighting) -> None:
+        """Fill ``after.departures``: how each member of ``before`` missing from ``after`` went,
+        as the broker that listed the group says (GET_CONSUMER_DEPARTURES). A broker that does
+        not support it (any real RocketMQ) answers so once and is not asked again; one that
+        fails this time is asked at the next departure. Either way ``departure`` infers."""
+        gone = set(before.clients) - set(after.clients)
+        address = after.address or before.address
+        if not gone or not address or address in self._untold:
+            return
+        try:
+            answer = await self.ask(address, wire.GET_CONSUMER_DEPARTURES, {"consumerGroup": group})
+            if answer.code == wire.REQUEST_CODE_NOT_SUPPORTED:
+                self._untold.add(address)
+                log.info("%s does not tell how members went: the observer infers it", address)
+            if answer.code != wire.SUCCESS:
+                return
+            told = (wire.loads(answer.body) or {}).get("departures") or ()
+        except (OSError, TimeoutError, ValueError) as exc:
+            log.info("how members of %s went not known this time: %s", group, exc or "timeout")
+            return
+        for d in told:   # oldest first: a member that came back and went again reads its last way out
+            if d.get("clientId") in gone and d.get("reason") in DEPARTURES:
+                after.departures[d["clientId"]] = d["reason"]
+
     async def look(self, group: str, ts: int) -> Sighting:
         brokers = await self.brokers()
         if not brokers:
@@ -195,7 +228,7 @@ class Cluster:
         if topic is None:
             raise NotObservable(f"the consumer group {group} subscribes to no topic")
         queues, addresses = await self.route(topic)
-        sighting = Sighting(ts, topic, MODES.get(connections.get("consumeType", ""), "push"), queues)
+        sighting = Sighting(ts, topic, MODES.get(connections.get("consumeType", ""), "push"), queues, address=address)
         members = [c for c in connections.get("connectionSet") or () if c.get("clientId")]
         answers = await asyncio.gather(*(self.running_info(address, group, c["clientId"]) for c in members))
         for c, (held, why) in zip(members, answers):
@@ -286,12 +319,14 @@ def pq_figures(info: dict) -> dict:
             "span": high - low if count else 0, "committed_offset": committed}
 
 
-def departure(last: ClientSighting) -> str:
-    """Why a member the broker no longer lists went, from the last look at it: "expired" when
-    it had gone silent (answered running info before, then no more: the broker dropped it
-    after its channel expiry), else "left". Over remoting a goodbye (UNREGISTER_CLIENT) and a
-    closed connection look the same from outside, both at once: "left" stands for either."""
-    return "expired" if last.silent else "left"
+def departure(last: ClientSighting, told: str = "") -> str:
+    """Why a member the broker no longer lists went: as the lab's broker ``told`` it ("left":
+    a goodbye, UNREGISTER_CLIENT or NotifyClientTermination; "closed": its connection closed;
+    "expired": silent past the channel expiry). A real cluster does not tell: then from the
+    last look at it, "expired" when it had gone silent (answered running info before, then
+    no more), else "left", which there stands for a goodbye or a close alike (both drop it
+    at once, and the member list shows no difference)."""
+    return told or ("expired" if last.silent else "left")
 
 
 def changes(group: str, before: Sighting | None, after: Sighting) -> list[Event]:
@@ -307,7 +342,7 @@ def changes(group: str, before: Sighting | None, after: Sighting) -> list[Event]
     left = sorted(set(old) - set(after.clients))
     if joined or left:
         subject = (joined + left)[0] if len(joined) + len(left) == 1 else ""
-        reasons = {departure(old[c]) for c in left}
+        reasons = {departure(old[c], after.departures.get(c, "")) for c in left}
         reason = reasons.pop() if not joined and len(reasons) == 1 else REASON
         events.append(MembershipEvent(ts=after.ts, group=group, client_id=subject, source="broker", reason=reason,
                                       members=sorted(after.clients), joined=joined, left=left))

@@ -25,10 +25,12 @@ class Observing:
                 try:
                     sighting = await cluster.look(group, now_ms())
                 except GroupOffline:   # everyone left: the offsets stay as they were
-                    sighting = Sighting(now_ms(), last.topic, last.mode, last.queues, offsets=last.offsets)
+                    sighting = Sighting(now_ms(), last.topic, last.mode, last.queues, offsets=last.offsets,
+                                        address=last.address)
                 except (NotObservable, OSError, TimeoutError, ValueError) as exc:
                     log.warning("observing %s: %s", group, exc or "timeout")   # next tick asks again
                     continue
+                await cluster.tell_departures(group, last, sighting)
                 self._see(group, last, sighting)
                 last = sighting
         finally:
@@ -53,7 +55,7 @@ class Observing:
         events = changes(group_name, before, after)
         for client_id, last in (before.clients if before is not None else {}).items():
             if client_id not in after.clients:
-                self.state.client_gone(client_id, departure(last))
+                self.state.client_gone(client_id, departure(last, after.departures.get(client_id, "")))
         self._take(events)
         queues = [lab.QueueOffsets(queue=lab.QueueRef(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id),
                                    min_offset=f["min_offset"], max_offset=f.get("max_offset", 0),

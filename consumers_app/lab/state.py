@@ -66,7 +66,7 @@ class ClientState:
     mode: str
     worker_id: str = ""
     # starting | running | hung | cut | stopped | killed | crashed; an observed client that
-    # went: left | expired (observer.departure)
+    # went: left | closed | expired (observer.departure)
     status: str = "starting"
     strategy: str = ""         # as its latest assignment reported it
     slow_ms: int = 0
