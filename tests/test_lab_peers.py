@@ -109,3 +109,5 @@ async def test_a_cpp_consumer_joins_under_the_id_the_broker_gives_it_says_what_i
     assert snapshot["groups"][group]["clients"][peer]["status"] == "stopped"
     await async_wait_until(lambda: peer not in view(controller, group)["members"], timeout=10,
                            message="the broker let it go")
+    # It said goodbye (UNREGISTER_CLIENT) before its connection closed: the broker says "left".
+    assert [e["reason"] for e in view(controller, group)["membership_log"] if peer in e["left"]] == ["left"]
