@@ -9,7 +9,7 @@ consumers through the API. From ``--after`` seconds after the running line, for
 window's age. Prints each poll, then the average CPU share over the whole span (% of one
 core) and the ages. Targets: <= 10 % (default), <= 25 % (64x256); every age <= 10 s.
 
-    .venv/bin/python bench/lag_service_cost.py [--size default|64x256] [--after 120] [--seconds 120]
+    .venv/bin/python bench/lag_service_cost.py [--size default|64x256] [--after 120] [--seconds 120] [--poll 1]
 """
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--size", choices=["default", "64x256"], default="default")
     parser.add_argument("--after", type=float, default=120, help="seconds after runlab's running line")
     parser.add_argument("--seconds", type=float, default=120, help="how long to measure")
+    parser.add_argument("--poll", type=float, default=1.0, help="seconds between polls of lag.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lagcost-") as data:
         env = migrated_env(Path(data), LAB_LAG_SERVICE="1", LAB_CONTROL_RATE="50", LAB_CONTROL_BURST="100")
@@ -95,23 +96,29 @@ def main() -> None:
                   f"({args.size}); load average {os.getloadavg()[0]:.1f}", flush=True)
             service_status = Path(data) / "lag" / "_service.json"
             start_cpu, start_at, start_passes = tree_cpu_seconds(pid), time.monotonic(), passes(service_status)
-            ages, bad, last_cpu, last_at = [], 0, start_cpu, start_at
+            # Polled every ``--poll`` s (not once a slice: a poll locked to the slices' phase
+            # would see the same age every time); a line per 10 s with the worst age in it.
+            ages, bad, last_cpu, last_at, shown = [], 0, start_cpu, start_at, []
             at = start_at
             while at <= start_at + args.seconds:
-                time.sleep(max(0.0, at - time.monotonic()))  # noqa: sleep-ok
+                time.sleep(max(0.0, at - time.monotonic()))  # noqa: sleep-ok - a bench paces its polls
                 status, _, age = newest_complete_window(browser, port)
-                cpu, now = tree_cpu_seconds(pid), time.monotonic()
-                share = 100 * (cpu - last_cpu) / max(now - last_at, 1e-9)
-                last_cpu, last_at = cpu, now
+                now = time.monotonic()
                 if status != 200 or age is None:
                     bad += 1
-                    print(f"  t={now - running:5.0f} s: answer {status}, no complete window; cpu {share:4.1f} %",
-                          flush=True)
+                    print(f"  t={now - running:5.0f} s: answer {status}, no complete window", flush=True)
                 else:
                     ages.append(age)
-                    print(f"  t={now - running:5.0f} s: newest complete window {age:4.1f} s old; "
-                          f"cpu {share:4.1f} % of a core", flush=True)
-                at += 10
+                    shown.append(age)
+                if now - last_at >= 10:
+                    cpu = tree_cpu_seconds(pid)
+                    share = 100 * (cpu - last_cpu) / (now - last_at)
+                    last_cpu, last_at = cpu, now
+                    print(f"  t={now - running:5.0f} s: newest complete window {min(shown, default=0):4.1f}-"
+                          f"{max(shown, default=0):4.1f} s old over {len(shown)} polls; cpu {share:4.1f} % of a core",
+                          flush=True)
+                    shown = []
+                at += args.poll
             spent, folded = tree_cpu_seconds(pid) - start_cpu, passes(service_status) - start_passes
             total = 100 * spent / (time.monotonic() - start_at)
             print(f"{folded} passes: {spent / max(folded, 1):.2f} s of CPU a pass (idle JVM included)", flush=True)

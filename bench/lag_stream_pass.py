@@ -9,7 +9,11 @@ process and its JVM; then the median and the mean over the passes after ``--warm
 JVM's first passes compile most of Spark). The lag service's CPU share is about
 pass CPU / period (10 s).
 
-    .venv/bin/python bench/lag_stream_pass.py [--slices 30] [--warm 6]
+With ``--queues N`` (64 x 256: ``--queues 256 --consumers 64``) the slices are synthetic
+instead: N queues sampled every second and, every slice, one member's rebalance that hands
+two queues over (a lab under churn), so the pass's cost at that size can be profiled alone.
+
+    .venv/bin/python bench/lag_stream_pass.py [--slices 30] [--warm 6] [--queues 256 --consumers 64]
 """
 from __future__ import annotations
 
@@ -30,11 +34,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slices", type=int, default=30, help="10-s slices to record and fold (at most 30)")
     parser.add_argument("--warm", type=int, default=6, help="passes not counted in the summary")
+    parser.add_argument("--queues", type=int, default=0, help="synthetic slices of this many queues")
+    parser.add_argument("--consumers", type=int, default=64, help="members owning the synthetic queues")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark SQL setting to try on top of the service's (repeatable)")
     args = parser.parse_args()
-    if not 0 <= args.warm < args.slices <= 30:
-        print("lag_stream_pass: need 0 <= --warm < --slices <= 30", file=sys.stderr)
+    if not 0 <= args.warm < args.slices <= (120 if args.queues else 30):
+        print("lag_stream_pass: need 0 <= --warm < --slices <= 30 (120 with --queues)", file=sys.stderr)
         return 2
 
     from dashboard.management.commands.lagservice import SERVICE_JAVA_OPTS, tune_for_passes
@@ -66,7 +72,10 @@ def main() -> int:
         late: list = []
         with Recorder(data / "recordings") as recorder:
             for i in range(args.slices):
-                record_slice(recorder, 10 * i, 10 * i + 10, late)
+                if args.queues:
+                    record_synthetic(recorder, 10 * i, args.queues, args.consumers)
+                else:
+                    record_slice(recorder, 10 * i, 10 * i + 10, late)
                 for t in range(10 * i, 10 * i + 10):   # as in the lab: events no table is made of
                     for client in ("c1", "c2"):
                         recorder.add_event(ConsumeEvent(ts=scenario.T0 + t * 1000 + 500, group=scenario.GROUP,
@@ -87,6 +96,45 @@ def main() -> int:
           f"mean {statistics.mean(cpus):.2f} s; wall median {statistics.median(walls):.2f} s; "
           f"at a pass per 10 s: {100 * statistics.mean(cpus) / 10:.0f} % of one core")
     return 0
+
+
+def record_synthetic(recorder, first: int, queues: int, consumers: int) -> None:
+    """Seconds [first, first + 10) of a lab with ``queues`` queues over two brokers: 10 msgs/s
+    a queue, commits every 5 s; at +5 s one member's rebalance hands two queues to the next."""
+    from consumers_app.events import event_from_dict
+    from tests import lag_scenario as scenario
+
+    mover = (first // 10) % consumers
+    moved = [(mover + k * consumers) % queues for k in (0, 1)]
+
+    def owner(q: int, t: int) -> str:
+        return f"c{(q + (1 if q in moved and t >= first + 5 else 0)) % consumers}"
+
+    for t in range(first, first + 10):
+        ts = scenario.T0 + t * 1000 + 300
+        rows = []
+        for q in range(queues):
+            mx = 1000 + 10 * t + q
+            co = 1000 + 10 * (t - t % 5) + q - 20
+            rows.append({"ts": ts, "group": scenario.GROUP, "topic": scenario.TOPIC,
+                         "broker": f"broker-{'ab'[q % 2]}", "queue_id": q // 2, "broker_min_offset": 0,
+                         "broker_max_offset": mx, "consumer_offset": co, "owner": owner(q, t),
+                         "cached_count": mx - co, "cached_bytes": (mx - co) * 100, "inflight": 0,
+                         "oldest_unconsumed_store_ts": ts - 2000})
+        recorder.add_snapshot(rows)
+        if t == first + 5:
+            labels = [f"broker-{'ab'[q % 2]}:{q // 2}" for q in moved]
+            taker = f"c{(mover + 1) % consumers}"
+            for e in ({"ts": ts - 100, "type": "rebalance", "group": scenario.GROUP, "client_id": taker,
+                       "phase": "start"},
+                      {"ts": ts + 200, "type": "rebalance", "group": scenario.GROUP, "client_id": taker,
+                       "phase": "end", "added": labels, "removed": []},
+                      *({"ts": ts + 300, "type": "handoff", "group": scenario.GROUP, "client_id": taker,
+                         "topic": scenario.TOPIC, "queue": label, "from_clients": [f"c{mover}"], "rebalance": 1,
+                         "added_ts": ts + 200, "released_ts": ts + 100, "gap_ms": 100, "duplicates": 0}
+                        for label in labels)):
+                recorder.add_event(event_from_dict(e))
+    recorder.flush()
 
 
 if __name__ == "__main__":
