@@ -84,6 +84,8 @@ HOUR = 3_600_000
 DAY = 24 * HOUR
 RESOLUTIONS = {"10s": 10_000, "1m": 60_000}
 QUEUE_KEYS = ["group", "topic", "broker", "queue_id"]
+# A queue's 10-s point besides its keys and ``ws`` (aggregate_samples' "q" rows).
+POINT_COLUMNS = ["last", "first", "max_lag", "sum_lag", "samples", "lags", "max_time_lag_ms"]
 # table -> has a res partition level
 TABLE_HAS_RES = {"queue_windows": True, "group_windows": True, "owner_windows": False,
                  "rebalances": False, "flow_control": True, "marks": False}
@@ -616,15 +618,16 @@ def _merge_windows(rows, res_ms: int, *extra):
                 *extra))
 
 
-def queue_points(samples, p: JobParams):
+def queue_points(samples, p: JobParams, carried: bool = False):
     """Per queue and 10-s window: aggregate_samples()'s "q" rows plus ``status``
-    (status.py), still carrying what the 1-minute windows are merged from."""
+    (status.py), still carrying what the 1-minute windows are merged from. ``carried``:
+    the rows hold status.CARRIED from an earlier evaluation (the lag stream's state)."""
     from pyspark.sql import functions as F
 
-    ten = samples.filter(F.col("_kind") == "q").select(*QUEUE_KEYS, "ws", "last", "first", "max_lag", "sum_lag",
-                                                       "samples", "lags", "max_time_lag_ms")
+    columns = [*QUEUE_KEYS, "ws", *POINT_COLUMNS] + (list(status_rules.CARRIED) if carried else [])
+    ten = samples.filter(F.col("_kind") == "q").select(*columns)
     ten = ten.withColumns({"consumer_offset": F.col("last.consumer_offset"), "lag": F.col("last.lag")})
-    return status_rules.add_status(ten, QUEUE_KEYS, p.status_window_ms, p.stop_after_ms)
+    return status_rules.add_status(ten, QUEUE_KEYS, p.status_window_ms, p.stop_after_ms, carried=carried)
 
 
 def compute_queue_windows(points):

@@ -9,6 +9,9 @@ plan is built once: each leaf reads, when the query runs, the files a small mani
 stream.py runs the one physical plan again each pass (only where that is safe: a plan
 without exchanges, whose output a second run would otherwise reuse).
 
+A state table's entry may name a column and a lower bound (``{"files": [...], "column":
+"ws", "from": ms}``): only its rows from there are read (stream.Cuts).
+
 The reader runs in a Spark Python worker (the same interpreter: get_spark sets it); it
 reads each listed Parquet file with pyarrow and hands its rows over as Arrow batches in
 the leaf's schema. A file deleted since it was listed (the retention) is skipped, as the
@@ -65,11 +68,23 @@ class ManifestReader(DataSourceReader):
 
         _freeze_once()
         with open(self.manifest) as f:
-            files = json.load(f).get(self.table, [])
+            entry = json.load(f).get(self.table, [])
+        if isinstance(entry, list):
+            entry = {"files": entry}
         target = to_arrow_schema(self.schema, timezone="UTC")
-        for path in files:
+        for path in entry["files"]:
             try:
                 rows = pq.read_table(path, columns=target.names)
             except FileNotFoundError:
                 continue
-            yield from rows.cast(target).to_batches()
+            yield from cut_rows(rows, entry.get("column"), entry.get("from")).cast(target).to_batches()
+
+
+def cut_rows(table, column: str | None, since: int | None):
+    """``table``'s rows whose ``column`` (an ms count) is at least ``since`` (all without
+    one): a state table from where a pass starts reading it (stream.Cuts)."""
+    import pyarrow.compute as pc
+
+    if column is None or since is None:
+        return table
+    return table.filter(pc.greater_equal(table[column], since))
