@@ -30,9 +30,10 @@ state, in one rename: the checkpoint. A pass killed before that rename is done a
 the old checkpoint with the same files, and upserts by key make that idempotent: nothing
 is lost, nothing doubled.
 
-What a pass costs is Spark planning, not rows: so the query holds nothing of one pass (its
-times are applied by ``trim``, in Arrow) and, in a local session, it is planned once and
-run again each pass: its leaves are a data source (stream_input.py) that reads, when the
+What a pass costs is Spark's fixed work, not rows: so a pass is three stages (LATER_STAGES:
+a subtree used by several outputs of one query would run once per use), each query holds
+nothing of one pass (its times are applied by ``trim``, in Arrow) and, in a local session,
+each is planned once and run again each pass: its leaves are a data source (stream_input.py) that reads, when the
 query runs, the files ``_stream_inputs.json`` names - the new slices and the state's files.
 A slice without any event a table is made of (a steady lab's) runs a smaller variant with
 no event inputs. Over Spark Connect or on a cluster the query is planned each pass, over
@@ -270,7 +271,8 @@ class LagStream:
             inputs = {kind: self.job._read(spark, kind, read[kind], -2 ** 62, 2 ** 62, None) for kind in read}
             frames = fold_plan(spark, self.job, inputs, None, p)
             self._state_schemas = _state_schemas(frames)
-            result = trim(FoldQuery(frames).run(), {SNAPSHOTS: None, EVENTS: None}, keep_from, None, Cuts(0, 0, 0))
+            rows = run_later_stages(spark, FoldQuery(frames).run(), _stage_schemas(frames))
+            result = trim(rows, {SNAPSHOTS: None, EVENTS: None}, keep_from, None, Cuts(0, 0, 0))
             stream.update(state=self._save_state_tables(result), newest=newest, lower=keep_from)
         state["stream"] = stream
         self.job.save_state(state)
@@ -280,39 +282,52 @@ class LagStream:
                   cuts: Cuts) -> dict[str, pa.Table]:
         """fold_plan's rows for the new files and the state: with the query planned once
         where it can be, else planned for this pass over in-memory relations."""
-        query = self._reusable_query(spark, p, with_events)
-        if query is not None:
+        stages = self._reusable_queries(spark, p, with_events)
+        if stages is not None:
             base = self.out / STREAM_DIR / stream["state"] if stream.get("state") else None
             manifest = {f"new/{kind}": [str(self.job.recordings / rel) for rel in new[kind]] for kind in new}
             manifest.update({f"state/{name}": {"files": [str(base / f"{name}.parquet")] if base else [],
                                                "column": CUT_COLUMNS.get(name), "from": cuts.of_table(name)}
                              for name in STATE_TABLES})
+            manifest.update({f"stage/{name}": [str(self._stage_path(name))] for name in STAGE_INPUTS})
             path = self._manifest_path()
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path.with_suffix(".tmp"), "w") as f:
                 json.dump(manifest, f)
             os.replace(path.with_suffix(".tmp"), path)
-            return query.run()
+            rows, written = {}, set()
+            for query in stages:   # each stage reads what the ones before it wrote
+                for name in STAGE_INPUTS:
+                    if name in rows and name not in written:
+                        pq.write_table(rows[name], self._stage_path(name), compression="none")
+                        written.add(name)
+                rows.update(query.run())
+            for name in STAGE_INPUTS:
+                self._stage_path(name).unlink(missing_ok=True)
+            return rows
         inputs = {kind: self._slice_frame(spark, kind, [self._slice[(kind, rel)] for rel in new[kind]
                                                         if (kind, rel) in self._slice])
                   for kind in new}
         frames = fold_plan(spark, self.job, inputs, self._state_frames(spark, stream, cuts), p, with_events)
         if with_events:
             self._state_schemas = _state_schemas(frames)
-        return FoldQuery(frames).run()
+        return run_later_stages(spark, FoldQuery(frames).run(), _stage_schemas(frames))
 
     def _manifest_path(self):
         return self.out / "_stream_inputs.json"   # beside _state.json; _stream/ holds only states
 
-    def _reusable_query(self, spark, p: JobParams, with_events: bool) -> "FoldQuery | None":
-        """The pass's query over stream_input leaves, planned once per session, params and
-        variant. Only a local classic session: a Connect server or a cluster's executors may
-        not import this project (they get in-memory relations instead). Only a plan without
-        exchanges: a second run of a plan reuses its shuffle outputs (stale rows)."""
+    def _stage_path(self, name: str):
+        return self.out / f"_stream_stage_{name}.parquet"
+
+    def _reusable_queries(self, spark, p: JobParams, with_events: bool) -> "list[FoldQuery] | None":
+        """The pass's queries (its stages) over stream_input leaves, planned once per session,
+        params and variant. Only a local classic session: a Connect server or a cluster's
+        executors may not import this project (they get in-memory relations instead). Only
+        plans without exchanges: a second run of a plan reuses its shuffle outputs (stale rows)."""
         key = (id(spark), repr(p))
-        query = self._queries.get(with_events)
-        if query is False or (query is not None and query.key == key):
-            return query or None
+        queries = self._queries.get(with_events)
+        if queries is False or (queries is not None and queries[0].key == key):
+            return queries or None
         self._queries[with_events] = False
         if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
             return None
@@ -330,17 +345,22 @@ class LagStream:
             schemas = _state_schemas(fold_plan(spark, self.job, inputs, None, p))
             frames = fold_plan(spark, self.job, inputs,
                                {name: leaf(f"state/{name}", schemas[name]) for name in STATE_TABLES}, p, with_events)
-            query = FoldQuery(frames, key)
-            plan = query.df._jdf.queryExecution().executedPlan().toString()
+            queries = [FoldQuery(frames, key)]
+            stage_schemas = _stage_schemas(frames)
+            for plan_stage, reads in LATER_STAGES:
+                stage_frames = plan_stage({name: leaf(f"stage/{name}", stage_schemas[name]) for name in reads})
+                stage_schemas.update({name: frame.schema for name, frame in stage_frames.items()})
+                queries.append(FoldQuery(stage_frames, key))
+            plans = [query.df._jdf.queryExecution().executedPlan().toString() for query in queries]
         except Exception as exc:  # noqa: BLE001 - any failure: plan each pass, as before
             log.warning("lag stream: planning each pass (the reusable query failed: %s)", str(exc).splitlines()[0])
             return None
-        if "Exchange" in plan or "AdaptiveSparkPlan" in plan:
+        if any("Exchange" in plan or "AdaptiveSparkPlan" in plan for plan in plans):
             log.warning("lag stream: planning each pass (the query has exchanges)")
-            log.debug("%s", plan)
+            log.debug("%s", plans)
             return None
-        self._queries[with_events] = query
-        return query
+        self._queries[with_events] = queries
+        return queries
 
     def _state_arrow(self, stream: dict) -> dict | None:
         """The state tables as Arrow tables (None when there is no state yet): the last pass's
@@ -493,10 +513,7 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
     per_ts = (_one(state["per_ts"].unionByName(group_per_ts(snapshots)))
               .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.sum("queues").alias("queues")))
     points = queue_points(points.withColumn("_kind", F.lit("q")), p, carried=True)
-    queue_windows = compute_queue_windows(points)
     frames = {
-        "queue_windows": queue_windows,
-        "group_windows": group_windows_from(per_ts, queue_windows, one_partition=True),
         "owner_windows": compute_owner_windows(owners.withColumn("_kind", F.lit("o"))),
         "points": points.select(*QUEUE_KEYS, "ws", *POINT_COLUMNS, *CARRIED), "owners": owners, "per_ts": per_ts,
     }
@@ -510,6 +527,38 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
             "events": every_event,
         })
     return frames
+
+
+# The pass's later stages, each over rows of the stages before it (name -> DataFrame). Spark
+# runs a subtree once per use within a query (with no exchange, nothing shares it): as one
+# query, the points' merge and status ran once for the state and again for each output made
+# of them - five times. As stages, once each (their rows go over as Parquet files, or
+# in-memory relations over Spark Connect); the stages' own leaves are cheap to run twice.
+def _windows_stage(rows: dict) -> dict:
+    return {"queue_windows": compute_queue_windows(_one(rows["points"]))}
+
+
+def _groups_stage(rows: dict) -> dict:
+    return {"group_windows": group_windows_from(_one(rows["per_ts"]), _one(rows["queue_windows"]), one_partition=True)}
+
+
+LATER_STAGES = ((_windows_stage, ("points",)), (_groups_stage, ("per_ts", "queue_windows")))
+STAGE_INPUTS = ("points", "per_ts", "queue_windows")
+
+
+def _stage_schemas(frames: dict) -> dict:
+    """The schemas of fold_plan's rows the later stages read."""
+    return {name: frames[name].schema for name in ("points", "per_ts")}
+
+
+def run_later_stages(spark, rows: dict, schemas: dict) -> dict:
+    """fold_plan's rows with the later stages' added, each planned over in-memory relations."""
+    rows, schemas = dict(rows), dict(schemas)
+    for plan_stage, reads in LATER_STAGES:
+        frames = plan_stage({name: _frame(spark, rows[name], schemas[name]) for name in reads})
+        schemas.update({name: frame.schema for name, frame in frames.items()})
+        rows.update(FoldQuery(frames).run())
+    return rows
 
 
 def _state_schemas(frames: dict) -> dict:
