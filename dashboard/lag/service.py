@@ -6,7 +6,8 @@ slice appears (the recorder writes a slice right after its last sample), and at 
 ``period_s`` - but never sooner than its CPU budget allows: after a pass that cost ``c``
 CPU seconds (the service and its JVM) the next waits until ``c / cpu_budget`` seconds have
 passed since this one started, so history costs at most ``cpu_budget`` of one core
-(LAB_LAG_CPU_BUDGET, 10 %) whatever a pass costs on this machine; a slower pass only
+(LAB_LAG_CPU_BUDGET, 25 %: the most history may cost, in a lab of 64 x 256; a pass per
+slice of the default lab costs ~5 %) whatever a pass costs on this machine; a slower pass only
 makes the history less fresh (the page says how far behind it is), up to a pass a minute.
 The first pass (a cold JVM and the backlog of a start) is not charged. It notices new slices by the
 modification time of the current hour's snapshot directory, a stat every ``watch_s``: no
@@ -87,7 +88,7 @@ class CpuShare:
 class LagService:
     def __init__(self, job: LagJob, params: Callable[[], JobParams], *, period_s: float = 10.0,
                  watch_s: float = 0.25, max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
-                 verbose: bool = True, cpu_window_s: float = 120.0, cpu_budget: float = 0.10,
+                 verbose: bool = True, cpu_window_s: float = 120.0, cpu_budget: float = 0.25,
                  max_pace_s: float = 60.0):
         self.job = job
         self.stream = LagStream(job)

@@ -63,7 +63,7 @@ class Command(BaseCommand):
             self.stdout.flush()
 
         job = LagJob(master=master)
-        budget = float(os.environ.get("LAB_LAG_CPU_BUDGET", "10")) / 100
+        budget = float(os.environ.get("LAB_LAG_CPU_BUDGET", "25")) / 100
         service = LagService(job, JobParams.from_settings, period_s=period, say=say, verbose=verbosity >= 1,
                              cpu_budget=budget)
         tune_for_passes(job.spark)
