@@ -72,10 +72,22 @@ class BrokerProcess:
             ready.set()  # EOF: the process died; let start() report it
 
         threading.Thread(target=pump, args=(self.proc.stdout,), daemon=True).start()
-        if not ready.wait(self.startup_timeout) or self.proc.poll() is not None:
+        if not ready.wait(self.startup_timeout) or self.proc.poll() is not None or not self._connectable():
             self.kill()
             raise RuntimeError("broker did not start:\n" + "\n".join(self.output[-40:]))
         return self
+
+    def _connectable(self) -> bool:
+        """The gRPC port takes a connection (once seen refused right after a restart's
+        "listening" line in CI: a broker that died after it is reported with its output)."""
+        import grpc
+
+        with grpc.insecure_channel(self.address) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=self.startup_timeout)
+            except grpc.FutureTimeoutError:
+                return False
+        return self.proc.poll() is None
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc is None:
