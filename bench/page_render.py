@@ -20,8 +20,8 @@ rides along, as the controller sends. Over --seconds of that it prints:
   draws it), minus that time;
 - frames received, and how many were full snapshots.
 
-With --real the page is served by a real ``runlab`` (broker, workers, real consumers; lag
-service off) in a temp data dir, grown through the API to 64 consumers x 256 queues
+With --real the page is served by a real ``runlab`` (broker, workers, real consumers, the lag
+service as ``make run`` has it; ``--no-lag-service`` without it) in a temp data dir, grown through the API to 64 consumers x 256 queues
 (TopicTest 128 + 128 on broker-a and broker-b, GID_LAB 64 push consumers), and the churn is
 real too: the script kills a consumer, adds one, kills, adds, switches GID_LAB's strategy
 (AVG <-> AVG_BY_CIRCLE), and again, one action at a time and at most one a second, as a user
@@ -239,8 +239,9 @@ REAL_BROKERS = ("broker-a", "broker-b")
 class RealLab:
     """``manage.py runlab`` in a temp data dir, and its API with a token."""
 
-    def __init__(self, data_dir: str):
-        self.env = {**os.environ, "LAB_DATA_DIR": data_dir, "LAB_LAG_SERVICE": "0", "PYTHONUNBUFFERED": "1",
+    def __init__(self, data_dir: str, lag_service: bool = True):
+        self.env = {**os.environ, "LAB_DATA_DIR": data_dir, "LAB_LAG_SERVICE": "1" if lag_service else "0",
+                    "PYTHONUNBUFFERED": "1",
                     "LAB_BROKER": f"127.0.0.1:{free_port()}"}
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -357,10 +358,11 @@ class RealLab:
             stop.wait(max(0.0, started + step - time.monotonic()))
 
 
-def measure_real(browser, seconds: float, lab_js: str | None, screenshots: str | None = None) -> dict:
+def measure_real(browser, seconds: float, lab_js: str | None, screenshots: str | None = None,
+                 lag_service: bool = True) -> dict:
     queues = REAL_QUEUES_PER_BROKER * len(REAL_BROKERS)
     with tempfile.TemporaryDirectory(prefix="page-render-real-") as data_dir:
-        lab = RealLab(data_dir)
+        lab = RealLab(data_dir, lag_service)
         try:
             url = lab.start()
             lab.grow()
@@ -403,6 +405,8 @@ def main() -> None:
     parser.add_argument("--screenshots", help="save each size's page (1600x900) as DIR/live-CxQ.png")
     parser.add_argument("--real", action="store_true",
                         help="a real runlab grown to 64x256 with real churn (kills, adds, strategy switches), not the FakeLab")
+    parser.add_argument("--no-lag-service", action="store_true",
+                        help="with --real: the lab without its lag service (one JVM less on the cores)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)   # the server role: a size
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -417,7 +421,7 @@ def main() -> None:
               f"grown to {REAL_CONSUMERS}x{REAL_QUEUES_PER_BROKER * len(REAL_BROKERS)}, {args.seconds:g} s of churn: "
               "kill, add, kill, add, strategy switch, ... one at a time, at most one a second", flush=True)
         with chromium() as browser:
-            r = measure_real(browser, args.seconds, args.lab_js, args.screenshots)
+            r = measure_real(browser, args.seconds, args.lab_js, args.screenshots, not args.no_lag_service)
         print(f"{r['size']:>9} real  TBT {r['tbt_ms']:.0f} ms  long tasks {r['long_tasks']}  "
               f"heap {r['heap_before']:.1f} → {r['heap_after']:.1f} MiB  frames {r['frames']} ({r['snapshots']} snapshots)  "
               f"actions {', '.join(f'{n}x {a}' for a, n in sorted(Counter(r['actions']).items()))}  "
