@@ -78,13 +78,22 @@ def response(request: Command, code: int = 0, remark: str | None = None, ext: di
 
 
 def encode(cmd: Command) -> bytes:
-    header = {"code": cmd.code, "language": cmd.language, "version": cmd.version, "opaque": cmd.opaque,
-              "flag": cmd.flag, "serializeTypeCurrentRPC": "JSON"}
-    if cmd.remark is not None:
-        header["remark"] = cmd.remark
-    header["extFields"] = {k: _text(v) for k, v in cmd.ext.items() if v is not None}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    return struct.pack(">II", 4 + len(raw) + len(cmd.body), len(raw)) + raw + cmd.body
+    """The frame of ``cmd`` with a JSON header: what json.dumps writes for the header
+    object (code, language, version, opaque, flag, serializeTypeCurrentRPC, remark,
+    extFields), put together by hand - json.dumps builds an encoder per call, which was a
+    fifth of a small request's cost."""
+    ext = ",".join([_quote(k) + ":" + _quote(v if v.__class__ is str else _text(v))
+                    for k, v in cmd.ext.items() if v is not None])
+    remark = "" if cmd.remark is None else ',"remark":' + _quote(cmd.remark)
+    raw = ('{"code":%d,"language":%s,"version":%d,"opaque":%d,"flag":%d,"serializeTypeCurrentRPC":"JSON"%s,'
+           '"extFields":{%s}}' % (cmd.code, _quote(cmd.language), cmd.version, cmd.opaque, cmd.flag, remark,
+                                  ext)).encode()
+    return _LENGTHS.pack(4 + len(raw) + len(cmd.body), len(raw)) + raw + cmd.body
+
+
+_LENGTHS = struct.Struct(">II")
+_quote = json.encoder.encode_basestring_ascii   # json.dumps' own string writer (C)
+_json_object = json.JSONDecoder().decode
 
 
 def _text(value) -> str:
@@ -114,7 +123,7 @@ def decode(frame: bytes) -> Command:
 
 def _json_header(raw: bytes) -> Command:
     try:
-        h = json.loads(raw)
+        h = _json_object(raw.decode())   # RemotingSerializable writes UTF-8
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError(f"malformed JSON header: {exc}") from None
     if not isinstance(h, dict) or not isinstance(h.get("code"), int):

@@ -31,6 +31,7 @@ class BrokerRequests:
         self.service = service
         self.core = service.core
         self.broker = broker
+        self._id_host, self._id_prefix = None, ""   # store host -> its part of an offset message id
         self.handlers = {
             wire.SEND_MESSAGE: self.send_message, wire.SEND_MESSAGE_V2: self.send_message,
             wire.SEND_BATCH_MESSAGE: self.send_batch,
@@ -73,14 +74,16 @@ class BrokerRequests:
 
     async def send_message(self, conn, cmd: Command) -> Command:
         h = _send_header(cmd)
-        topic = h.get("b") or ""
-        self.core.require_topic(topic)
-        msg = self._stored_message(h, cmd.body, conn)
-        qid = int(h.get("e") or 0)
-        if not self.core.topics.has_queue(topic, self.broker, qid):
-            qid = qid % max(1, self.core.topics.get(topic).queues.get(self.broker, 1))
+        topic = h["b"] or ""
+        qid = int(h["e"] or 0)
         key = (topic, self.broker, qid)
-        self.core.require_queue(*key)
+        if not self.core.topics.has_queue(topic, self.broker, qid):
+            # Only a queue we do not know needs the checks (the broker is online: handle()).
+            self.core.require_topic(topic)
+            qid = qid % max(1, self.core.topics.get(topic).queues.get(self.broker, 1))
+            key = (topic, self.broker, qid)
+            self.core.require_queue(*key)
+        msg = self._stored_message(h, cmd.body, conn)
         (offset, phys), = self.core.put([(key, msg)])
         await self.core.durable()
         # SendMessageProcessor answers AppendMessageResult.getMsgId(): the offset message id
@@ -108,17 +111,22 @@ class BrokerRequests:
         return response(cmd, ext={"msgId": ids, "queueId": qid, "queueOffset": results[0][0]})
 
     def _offset_id(self, phys: int) -> str:
-        return wire.offset_message_id(self.service.store_host(self.broker), phys)
+        host = self.service.store_host(self.broker)
+        if host != self._id_host:   # the host and port part, hex, once
+            self._id_host, self._id_prefix = host, wire.offset_message_id(host, 0)[:-16]
+        return f"{self._id_prefix}{phys:016X}"
 
     def _stored_message(self, h: dict, body: bytes, conn) -> lab.LabMessage:
-        props = wire.string_to_properties(h.get("i"))
-        sys_flag = int(h.get("f") or 0)
+        props = wire.string_to_properties(h["i"])
+        sys_flag = int(h["f"] or 0)
         if sys_flag & wire.COMPRESSED_FLAG:
             try:
                 body = zlib.decompress(body)   # stored inflated: a gRPC consumer gets it readable
             except zlib.error:
                 raise BrokerError(v2.Code.BAD_REQUEST, "the body is flagged compressed but does not inflate") from None
-        msg = lab.LabMessage(body=body)
+        # Attribute sets: a upb message's keyword constructor costs several times more.
+        msg = lab.LabMessage()
+        msg.body = body
         msg.message_id = props.pop(P_UNIQ_KEY, "") or M.new_message_id()
         tag = props.pop(P_TAGS, "")
         if tag:
@@ -126,14 +134,15 @@ class BrokerRequests:
         keys = props.pop(P_KEYS, "")
         if keys:
             msg.keys.extend(k for k in keys.split(" ") if k)
-        msg.born_ts = int(h.get("g") or time.time() * 1000)
-        msg.reconsume_times = int(h.get("j") or 0)
+        msg.born_ts = int(h["g"] or time.time() * 1000)
+        reconsume = h["j"]
+        if reconsume and reconsume != "0":
+            msg.reconsume_times = int(reconsume)
         level = int(props.pop(P_DELAY, "0") or 0)
         for name in (P_WAIT, "MIN_OFFSET", "MAX_OFFSET"):
             props.pop(name, None)
         props.setdefault(M.P_BORN_HOST, conn.address)
-        for k, v in props.items():
-            msg.properties[k] = v
+        msg.properties.update(props)
         if level > 0:
             msg.properties[M.P_DELIVER_MS] = str(int(time.time() * 1000) + self.core.delay.level_delay_ms(level))
         self.core.validate_message(msg)
@@ -396,14 +405,18 @@ class BrokerRequests:
         return response(cmd, answer.code, answer.remark, answer.ext, answer.body)
 
 
+# SendMessageRequestHeader's fields the broker reads, by their long names (code 10) and
+# the V2's one-letter names (310/320): topic, queue id, sysFlag, born ts, properties,
+# reconsume times.
+_SEND_FIELDS = {"topic": "b", "queueId": "e", "sysFlag": "f", "bornTimestamp": "g", "properties": "i",
+                "reconsumeTimes": "j"}
+
+
 def _send_header(cmd: Command) -> dict:
-    """SendMessageRequestHeader (code 10, long names) or its V2 (310/320, one-letter names)."""
+    """The send header's fields by their V2 names."""
     if cmd.code == wire.SEND_MESSAGE:
-        names = {"producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d",
-                 "queueId": "e", "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i",
-                 "reconsumeTimes": "j", "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m"}
-        return {short: cmd.text(long) for long, short in names.items()}
-    return {k: cmd.text(k) for k in "abcdefghijklm"}
+        return {short: cmd.text(long) for long, short in _SEND_FIELDS.items()}
+    return {short: cmd.text(short) for short in _SEND_FIELDS.values()}
 
 
 def _batch_bodies(raw: bytes):
