@@ -53,7 +53,7 @@ DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"   # MixAll's group of a producer tha
 # ---------------------------------------------------------------- properties
 
 def properties_to_string(props: dict) -> str:
-    return "".join(f"{k}{NAME_VALUE}{v}{PROPERTY_SEP}" for k, v in props.items())
+    return "".join([f"{k}{NAME_VALUE}{v}{PROPERTY_SEP}" for k, v in props.items()])
 
 
 def string_to_properties(text: str | None) -> dict:
@@ -68,10 +68,21 @@ def string_to_properties(text: str | None) -> dict:
 # ---------------------------------------------------------------- messages
 
 def ipv4(host: str) -> bytes:
-    try:
-        return socket.inet_aton(host)
-    except OSError:
-        return b"\x7f\x00\x00\x01"
+    raw = _IPV4.get(host)
+    if raw is None:
+        try:
+            raw = socket.inet_aton(host)
+        except OSError:
+            raw = b"\x7f\x00\x00\x01"
+        if len(_IPV4) < 4096:   # hosts repeat: a pull answer names a few of them many times
+            _IPV4[host] = raw
+    return raw
+
+
+_IPV4: dict[str, bytes] = {}
+# totalSize, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp,
+# bornHost (ip, port), storeTimestamp, storeHost (ip, port), reconsumeTimes, preparedOffset, bodyLength
+_MESSAGE_FIXED = struct.Struct(">iiiiiqqiq4siq4siiqi")
 
 
 def encode_message(*, body: bytes, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int,
@@ -80,51 +91,51 @@ def encode_message(*, body: bytes, topic: str, queue_id: int, queue_offset: int,
     """One message as MessageDecoder.decode reads it (the store's on-disk record)."""
     topic_raw = topic.encode()
     props_raw = properties_to_string(properties).encode()
-    # totalSize, magic, crc, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp,
-    # bornHost (ip + port), storeTimestamp, storeHost, reconsumeTimes, preparedOffset, bodyLength
-    size = (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + len(body) + 1 + len(topic_raw)
-            + 2 + len(props_raw))
+    size = _MESSAGE_FIXED.size + len(body) + 1 + len(topic_raw) + 2 + len(props_raw)
     return b"".join((
-        struct.pack(">iiiiiqqiq", size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag,
-                    queue_offset, commit_log_offset, sys_flag, born_ts),
-        ipv4(born_host[0]), struct.pack(">iq", born_host[1], store_ts),
-        ipv4(store_host[0]), struct.pack(">iiqi", store_host[1], reconsume_times, 0, len(body)),
-        body, struct.pack(">B", len(topic_raw)), topic_raw, struct.pack(">h", len(props_raw)), props_raw,
+        _MESSAGE_FIXED.pack(size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+                            commit_log_offset, sys_flag, born_ts, ipv4(born_host[0]), born_host[1], store_ts,
+                            ipv4(store_host[0]), store_host[1], reconsume_times, 0, len(body)),
+        body, len(topic_raw).to_bytes(1, "big"), topic_raw, len(props_raw).to_bytes(2, "big", signed=True), props_raw,
     ))
 
 
-_HEAD = struct.Struct(">iiiiiqqiq4si")   # size .. born host and port
-_STORE = struct.Struct(">q4siiqi")         # store ts, store host and port, reconsume, prepared, body len
+def message_records(raw: bytes):
+    """Each message of a pull answer's body as read off the wire, without building more:
+    (the fixed fields as ``_MESSAGE_FIXED`` unpacks them, body, topic, properties text),
+    a compressed body (sysFlag bit 0) inflated."""
+    raw = bytes(raw)
+    unpack, fixed_size, pos, end = _MESSAGE_FIXED.unpack_from, _MESSAGE_FIXED.size, 0, len(raw)
+    while pos < end:
+        fixed = unpack(raw, pos)
+        if fixed[1] != MESSAGE_MAGIC_CODE:
+            raise ValueError(f"not a v1 message at byte {pos} (magic {fixed[1]}, size {fixed[0]})")
+        at = pos + fixed_size
+        body = raw[at:at + fixed[16]]
+        at += fixed[16]
+        topic_len = raw[at]
+        topic = raw[at + 1:at + 1 + topic_len].decode()
+        at += 1 + topic_len
+        props_len = int.from_bytes(raw[at:at + 2], "big", signed=True)
+        props = raw[at + 2:at + 2 + props_len].decode()
+        if fixed[7] & COMPRESSED_FLAG:
+            body = zlib.decompress(body)
+        yield fixed, body, topic, props
+        pos = at + 2 + props_len   # field by field, as MessageDecoder reads: the size field is not trusted
 
 
 def decode_messages(raw: bytes) -> list[dict]:
     """A pull answer's body: the messages ``encode_message`` writes (MessageDecoder.decodes),
     each a dict; a compressed body (sysFlag bit 0) is inflated."""
-    out, pos, view = [], 0, memoryview(raw)
-    while pos < len(raw):
-        (size, magic, _crc, queue_id, flag, queue_offset, commit_log_offset, sys_flag, born_ts,
-         born_ip, born_port) = _HEAD.unpack_from(view, pos)
-        if magic != MESSAGE_MAGIC_CODE:
-            raise ValueError(f"not a v1 message at byte {pos} (magic {magic}, size {size})")
-        at = pos + _HEAD.size
-        store_ts, store_ip, store_port, reconsume, _prepared, body_len = _STORE.unpack_from(view, at)
-        at += _STORE.size
-        body = bytes(view[at:at + body_len])
-        at += body_len
-        topic_len = view[at]
-        topic = bytes(view[at + 1:at + 1 + topic_len]).decode()
-        at += 1 + topic_len
-        props_len = struct.unpack_from(">h", view, at)[0]
-        props = string_to_properties(bytes(view[at + 2:at + 2 + props_len]).decode())
-        at += 2 + props_len
-        if sys_flag & COMPRESSED_FLAG:
-            body = zlib.decompress(body)
+    out = []
+    for fixed, body, topic, props in message_records(raw):
+        (_size, _magic, _crc, queue_id, flag, queue_offset, commit_log_offset, sys_flag, born_ts, born_ip, born_port,
+         store_ts, store_ip, store_port, reconsume, _prepared, _body_len) = fixed
         out.append({"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "flag": flag,
                     "commit_log_offset": commit_log_offset, "sys_flag": sys_flag, "born_ts": born_ts,
                     "born_host": f"{socket.inet_ntoa(born_ip)}:{born_port}", "store_ts": store_ts,
                     "store_host": f"{socket.inet_ntoa(store_ip)}:{store_port}", "reconsume_times": reconsume,
-                    "body": body, "properties": props})
-        pos = at   # field by field, as MessageDecoder reads: the size field is not trusted
+                    "body": body, "properties": string_to_properties(props)})
     return out
 
 
