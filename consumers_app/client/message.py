@@ -1,7 +1,7 @@
 """MessageExt: what a listener receives.
 
-A thin view over the wire message (the lab's ``LabMessage`` for pulls, v2 ``Message``
-for pops). Fields are read lazily from the protobuf: at 50k+ msgs/s copying every field
+A thin view over the wire message (the lab's ``LabMessage`` for gRPC pulls, a
+``RemotingMessage`` with the same fields for remoting pulls, v2 ``Message`` for pops). Fields are read lazily from the protobuf: at 50k+ msgs/s copying every field
 of every message into a Python object would cost more than the listener itself.
 """
 from __future__ import annotations
@@ -66,6 +66,11 @@ class MessageExt:
     @property
     def reconsume_times(self) -> int:
         return self.pb.reconsume_times
+
+    def lab_message(self):
+        """The message as a LabMessage (what a SendBackRequest carries)."""
+        as_lab = getattr(self.pb, "as_lab", None)
+        return self.pb if as_lab is None else as_lab()
 
     def __repr__(self) -> str:
         return f"MessageExt({self.queue.label}@{self.queue_offset}, id={self.message_id})"

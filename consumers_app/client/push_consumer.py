@@ -222,12 +222,18 @@ class PushConsumer(ConsumerBase):
             log.warning("%s: persist %s on removal: %s", self.client_id, mq.label, exc)
 
     def on_queues_added(self, new) -> None:
-        """dispatchPullRequest: one PullRequest per new queue, pulled at once."""
+        """dispatchPullRequest: one PullRequest per new queue, pulled ``dispatch_pull_delay_ms``
+        later, as RocketMQ 5 does: a change's first pulls of every member do not land on the
+        broker in the same instant as the members' own rebalances."""
+        delay_ms = self.config.dispatch_pull_delay_ms
         for mq, pq, offset in new:
             request = PullRequest(mq, pq, offset, queue_ref(mq))
             request.previously_locked = True  # offset computed right after locking
             self.pull_requests[mq] = request
-            self.pull_service.execute_pull_request_immediately(request)
+            if delay_ms > 0:
+                self.pull_service.execute_pull_request_later(request, delay_ms)
+            else:
+                self.pull_service.execute_pull_request_immediately(request)
 
     def on_queues_changed(self, topic, mq_all, mine) -> None:
         """messageQueueChanged: re-split topic-wide thresholds; tell the broker (heartbeat)."""
@@ -412,7 +418,7 @@ class PushConsumer(ConsumerBase):
         """sendMessageBack: the broker re-queues it on %RETRY%group (or the DLQ)."""
         try:
             resp = await self.connection.lab.SendBack(
-                lab.SendBackRequest(group=self.group, message=msg.pb, delay_level=delay_level,
+                lab.SendBackRequest(group=self.group, message=msg.lab_message(), delay_level=delay_level,
                                     max_reconsume_times=max_reconsume_times),
                 metadata=self.connection.metadata, timeout=self._timeout())
             check(resp.status)

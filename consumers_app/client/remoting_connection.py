@@ -34,6 +34,7 @@ from ..message_queue import MessageQueue
 from .connection import BrokerError
 from .message import TARGET_QUEUE_PROPERTY
 from .faults import NetworkCut
+from .remoting_message import RemotingPull, pulled_messages
 
 log = logging.getLogger(__name__)
 
@@ -189,21 +190,6 @@ def remoting_properties(m: v2.Message) -> dict:
     props[wire.P_UNIQ_KEY] = sp.message_id
     props[wire.P_WAIT] = "true"
     return props
-
-
-def lab_message(d: dict, broker_name: str) -> lab.LabMessage:
-    """A decoded remoting message as the consumers' LabMessage."""
-    props = dict(d["properties"])
-    msg = lab.LabMessage(queue=lab.QueueRef(topic=d["topic"], broker_name=broker_name, queue_id=d["queue_id"]),
-                         queue_offset=d["queue_offset"], body=d["body"], born_ts=d["born_ts"],
-                         store_ts=d["store_ts"], reconsume_times=d["reconsume_times"],
-                         commit_log_offset=d["commit_log_offset"])
-    msg.message_id = props.pop("UNIQ_KEY", "")
-    msg.tag = props.pop("TAGS", "")
-    msg.keys.extend(k for k in props.pop("KEYS", "").split(" ") if k)
-    for k, v in props.items():
-        msg.properties[k] = v
-    return msg
 
 
 class _V2:
@@ -374,12 +360,9 @@ class _Lab:
         if status is None:
             return lab.PullBatchResponse(status=lab.Status(code=v2.Code.INTERNAL_ERROR,
                                                            message=f"pull: remoting code {answer.code} {answer.remark or ''}"))
-        messages = []
-        if status == lab.FOUND:
-            messages = [lab_message(d, q.broker_name) for d in wire.decode_messages(answer.body)]
-        return lab.PullBatchResponse(status=OK, pull_status=status, messages=messages,
-                                     next_begin_offset=answer.number("nextBeginOffset", request.offset),
-                                     min_offset=answer.number("minOffset", 0), max_offset=answer.number("maxOffset", 0))
+        return RemotingPull(OK, status, pulled_messages(answer.body, q) if status == lab.FOUND else [],
+                            answer.number("nextBeginOffset", request.offset), answer.number("minOffset", 0),
+                            answer.number("maxOffset", 0))
 
     async def GetQueueOffsets(self, request, metadata=(), timeout=None):
         """Committed, min and max offset of every queue of the topic, or of the ones
