@@ -97,6 +97,9 @@ class PushConsumerConfig(ClientConfig):
     #: RebalanceService waitInterval / minInterval.
     rebalance_wait_interval_ms: int = 20_000
     rebalance_min_interval_ms: int = 1_000
+    #: RocketMQ 5's updateProcessQueueTableInRebalance dispatches a new queue's first pull
+    #: this much later (dispatchPullRequest(pullRequestList, 500)); 4.x pulled at once.
+    dispatch_pull_delay_ms: int = 500
     #: ProcessQueue.PULL_MAX_IDLE_TIME: a queue not pulled for this long is dropped.
     pull_max_idle_time_ms: int = 120_000
     #: Orderly: REBALANCE_LOCK_INTERVAL (re-lock every 20 s), REBALANCE_LOCK_MAX_LIVE_TIME,
