@@ -31,6 +31,7 @@ peer_consumers.py (other people's clients). What they share is here: the state a
 the few helpers every concern uses.
 """
 import asyncio
+import functools
 import itertools
 import logging
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from .peers import PeerConsumer
 from .polling import PollLoops
 from .recording import Recording
 from .state import LabState
-from .supervisor import Supervisor, WorkerLink
+from .supervisor import Supervisor, WorkerLink, WorkerPool
 from .workers import WorkerPlacement
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class LabController(LabLifecycle, EventIntake, PollLoops, Recording, ActionHandl
                  recorder_root=None, replace_lost_workers: bool = True, memory=None,
                  gone_grace_s: float = GONE_GRACE_S, observe_interval: float = 1.0,
                  limits: Limits = Limits(), recordings_hours: float = 24, disk: DiskPlaces | None = None,
-                 admin=None, cluster: dict | None = None, handoff_story=None):
+                 admin=None, cluster: dict | None = None, handoff_story=None, workers=None):
         # The embedded broker's gRPC address; attached to a cluster, its proxy's (pop only).
         self.broker_address = broker_address
         self.limits = limits
@@ -91,7 +92,10 @@ class LabController(LabLifecycle, EventIntake, PollLoops, Recording, ActionHandl
         # Recordings are deleted by the hour once they are this old, so disk stays bounded.
         self.recordings_hours = recordings_hours
         self.state = LabState()
-        self.supervisor = Supervisor(self._worker_events, self._worker_lost, adapters=adapters)
+        # Where the clients run (supervisor.WorkerPool): worker processes, unless ``workers``
+        # builds the pool another way, called with the two callbacks a Supervisor takes.
+        make_pool = workers or functools.partial(Supervisor, adapters=adapters)
+        self.supervisor: WorkerPool = make_pool(self._worker_events, self._worker_lost)
         # LabAdmin: the embedded broker's stub (made at start), or a cluster_admin.ClusterAdmin
         # answering the same calls from someone else's cluster; ``cluster`` then says so.
         self.admin = admin

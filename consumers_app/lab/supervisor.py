@@ -7,13 +7,16 @@ the controller one ``WorkerLink`` per connected worker to send commands through.
 A worker's stream ending (it exited, crashed or was SIGKILLed) is reported once via
 ``on_lost(link)``: whatever it hosted is gone. Not after ``stop()``: a worker told to shut
 down is not lost (replacing it would start a worker the stop then waits out and kills).
+
+``WorkerPool`` is what the controller asks of it: the seam where the lab meets its worker
+processes (the web tests put in-process workers with fake clients there).
 """
 import asyncio
 import itertools
 import json
 import logging
 import sys
-from typing import Callable
+from typing import Callable, Protocol
 
 import grpc
 from django.conf import settings
@@ -72,6 +75,21 @@ class WorkerLink:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(WorkerError(f"worker {self.worker_id} is gone"))
+
+
+class WorkerPool(Protocol):
+    """Where the controller's clients run. Made with ``on_events(link, events)`` and
+    ``on_lost(link)``; each link has ``worker_id``, ``connected`` and ``await command(name,
+    **params)`` as WorkerLink has (a refusal or a gone worker is a WorkerError)."""
+    links: dict[str, WorkerLink]   # worker id -> its link, while connected
+
+    async def start(self) -> None: ...
+
+    async def spawn(self) -> WorkerLink:
+        """One more worker, ready for commands."""
+
+    async def stop(self) -> None:
+        """Every worker shut down; none of them reported lost."""
 
 
 class Supervisor(pb_grpc.WorkerHubServicer):

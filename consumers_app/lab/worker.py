@@ -41,9 +41,10 @@ class CommandError(Exception):
 
 
 class Worker:
-    def __init__(self, worker_id: str, adapters: str = "consumers_app.lab.clients"):
+    def __init__(self, worker_id: str, adapters="consumers_app.lab.clients"):
         self.worker_id = worker_id
-        self.adapters = importlib.import_module(adapters)
+        # A module's name (--adapters), or an object with the same functions.
+        self.adapters = importlib.import_module(adapters) if isinstance(adapters, str) else adapters
         self.consumers: dict[str, object] = {}
         self.producers: dict[str, object] = {}
         self._outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
