@@ -7,11 +7,12 @@
     .venv/bin/python bench/page_render.py --real                   # a real runlab grown to 64x256, 20 s of churn
 
 For each size (consumers x queues: one group, GID_LAB, on 4 brokers, 8 from 1024 queues) this
-script serves the dashboard on daphne with a churning FakeLab inside (itself, with --serve)
-and opens the page in Debian's chromium at 1600x900. Every 100 ms the lab moves a few queues
-between consumers (their assignment events), a tenth of the queues report ProcessQueue
-figures (so each queue once a second), the lag moves, and once a second a full snapshot
-rides along, as the controller sends. Over --seconds of that it prints:
+script serves the dashboard on daphne with a churning FakeLab inside (itself, with --serve:
+the lab's controller on the tests' fake broker and consumers) and opens the page in Debian's
+chromium at 1600x900. Every 100 ms a few queues move between consumers (their assignment
+events), a tenth of the queues report ProcessQueue figures (so each queue once a second),
+the lag moves; the controller sends the events every flush and, once a second, a full
+snapshot. Over --seconds of that it prints:
 
 - total blocking time: the sum over long tasks (PerformanceObserver "longtask") of duration − 50 ms;
 - the JS heap in use before and after (each after a forced GC, over CDP);
@@ -32,6 +33,7 @@ works). No event carries a send stamp there, so latency is not measured.
 Bounded: every wait has a deadline, each size's server is stopped after its run.
 """
 import argparse
+import itertools
 import json
 import math
 import os
@@ -65,66 +67,69 @@ def layout(consumers: int, queues: int) -> tuple[int, int]:
 
 # ------------------------------------------------------------------ the server (--serve)
 
-def churning_lab(consumers: int, queues: int):
-    from consumers_app.events import now_ms
-    from consumers_app.lab import bus
-    from tests.fake_lab import TOPIC, ScaledFakeLab
+async def churning_lab(consumers: int, queues: int):
+    """The lab (its controller on the tests' fake broker and consumers, tests/fake_lab.py) with
+    a task that churns its world every tick: consumers report queues moving between them
+    and ProcessQueue figures, the lag moves. The controller does the rest as it would:
+    events out every flush, a snapshot a second with its offset poll."""
+    import asyncio
+
+    from consumers_app.message_queue import MessageQueue
+    from tests.fake_lab import TOPIC, served_lab
 
     brokers, per_broker = layout(consumers, queues)
+    lab = await served_lab(consumers=consumers, brokers=brokers, queues_per_broker=per_broker)
+    world, rng = lab.world, random.Random(7)
+    labels = lab.labels()
 
-    class ChurningLab(ScaledFakeLab):
-        """The run loop calls report() then publish() every tick."""
+    def churn(tick: int) -> None:
+        holders = {label: [] for label in labels}
+        for consumer in world.running():
+            for mq in consumer.held:
+                holders[mq.label].append(consumer)
+        for _ in range(MOVES_PER_TICK):   # a queue changes hands: both sides report
+            label, to = rng.choice(labels), world.consumers[rng.choice(lab.groups["GID_LAB"].members)]
+            if to in holders[label]:
+                continue
+            for holder in holders[label]:
+                holder.report_assignment([mq.label for mq in holder.held if mq.label != label], reason="churn")
+            to.report_assignment([*(mq.label for mq in to.held), label], reason="churn")
+            holders[label] = [to]
+        for label in labels[tick % SNAPSHOT_EVERY::SNAPSHOT_EVERY]:
+            mq = MessageQueue.from_label(TOPIC, label)
+            for holder in holders[label]:
+                holder.report_cached(mq, rng.choice([0, 0, 10, 200, 900, 1200]))
+            move = rng.randint(-50, 60)   # the lag moves: messages arrive, or the group catches up
+            if move > 0:
+                world.broker.add_backlog(mq, move)
+            else:
+                key = ("GID_LAB", mq)
+                world.broker.committed[key] = min(world.broker.max_offsets.get(mq, 0),
+                                                  world.broker.committed.get(key, 0) - move)
 
-        def __init__(self):
-            super().__init__(consumers=consumers, brokers=brokers, queues_per_broker=per_broker, tick=TICK_S)
-            self.rng = random.Random(7)
-            self.ticks = 0
-            self.lag = {label: 0 for label in self.labels()}
+    async def churning() -> None:
+        for tick in itertools.count():
+            await asyncio.sleep(TICK_S)   # noqa: sleep-ok - the churn's pace, not a wait
+            churn(tick)
 
-        def report(self) -> None:
-            group = self.groups["GID_LAB"]
-            labels = self.labels()
-            owners = self.state.owners(group)
-            members = self.alive("GID_LAB")
-            for _ in range(MOVES_PER_TICK):   # a queue changes hands: both sides report
-                label, to = self.rng.choice(labels), self.rng.choice(members)
-                if to in owners.get(label, []):
-                    continue
-                for holder in owners.get(label, []):
-                    self.assign(holder, [x for x in group.assignments[holder] if x != label], reason="churn")
-                self.assign(to, [*group.assignments.get(to, []), label], reason="churn")
-                owners[label] = [to]
-            for label in labels[self.ticks % SNAPSHOT_EVERY::SNAPSHOT_EVERY]:
-                cached = self.rng.choice([0, 0, 10, 200, 900, 1200])
-                for holder in owners.get(label, []):
-                    self._emit("pq", "GID_LAB", holder, topic=TOPIC, queue=self.mq(label), cached_count=cached,
-                               cached_bytes=cached * 1024, span=cached, inflight=0)
-                self.lag[label] = max(0, self.lag[label] + self.rng.randint(-50, 60))
-            self.state.set_offsets("GID_LAB", now_ms(), [
-                {"label": label, "committed_offset": 0, "max_offset": lag, "min_offset": 0} for label, lag in self.lag.items()])
-            self.ticks += 1
+    lab.churn = asyncio.get_running_loop().create_task(churning())   # lives as long as the lab
+    return lab
 
-        @staticmethod
-        def mq(label):
-            from consumers_app.message_queue import MessageQueue
-            return MessageQueue.from_label(TOPIC, label)
 
-        async def publish(self) -> None:
-            frames = [e.to_dict() for e in self.state.drain()]
-            sent_ms = time.time() * 1000
-            for frame in frames:
-                if frame["type"] == "assignment":
-                    frame["sent_ms"] = sent_ms   # the bench's stamp: event-to-screen latency
-            if self.ticks % SNAPSHOT_EVERY == 0:
-                frames.append(self.snapshot())
-            await bus.publish(frames)
-
-    return ChurningLab()
+def stamping_publish(publish):
+    """bus.publish, stamping each assignment frame with its send time (wall clock): the
+    bench's event-to-screen latency starts there."""
+    async def stamped(events: list[dict]) -> None:
+        sent_ms = time.time() * 1000
+        await publish([{**e, "sent_ms": sent_ms} if e.get("type") == "assignment" else e for e in events])
+    return stamped
 
 
 def serve_role(size: str, port: int) -> None:
+    from consumers_app.lab import bus
     from tests.fake_lab import serve
 
+    bus.publish = stamping_publish(bus.publish)   # what the controller's flush loop calls
     consumers, queues = map(int, size.split("x"))
     serve(lambda: churning_lab(consumers, queues), port)
 

@@ -40,8 +40,13 @@ async def publish_when_ready(clients: int, rate: float, seconds: float, batch_ms
     from consumers_app.lab import bus
     from tests.fake_lab import FakeLab
 
-    # Like the controller, a full snapshot rides along once a second (the biggest frames).
-    snapshot = FakeLab(consumers=4).snapshot()
+    # Like the controller, a full snapshot rides along once a second (the biggest frames):
+    # a 4-consumer lab's, its controller on the tests' fake broker and never on the bus
+    # (only this publisher answers there).
+    lab = FakeLab(consumers=4)
+    await lab.controller.run_scenario(lab.scenario)
+    snapshot = lab.state.snapshot()
+    await lab.stop()
     next_snapshot = 0.0
 
     connected = asyncio.Event()
@@ -49,6 +54,8 @@ async def publish_when_ready(clients: int, rate: float, seconds: float, batch_ms
 
     async def handle(action, params):
         nonlocal asked
+        if action == "health":   # the driver's /healthz, before any socket
+            return {"ok": True, "broker_process": {"up": True}}
         asked += 1
         if asked >= clients:
             connected.set()
@@ -100,11 +107,11 @@ def serve_role(args) -> None:
 
 # ------------------------------------------------------------------ the driver (browser side)
 
-async def client(url: str, latencies: list[float], timeline: list[tuple[int, float]]) -> int:
+async def client(url: str, origin: str, latencies: list[float], timeline: list[tuple[int, float]]) -> int:
     """One browser's socket: note each event's latency until the publisher says it is done."""
     from tests.ws_client import LiveSocket
 
-    ws = await LiveSocket.connect(url, origin="http://127.0.0.1")
+    ws = await LiveSocket.connect(url, origin=origin)
     try:
         first = await ws.receive_json(30)
         assert first["type"] == "snapshot", first
@@ -145,7 +152,7 @@ async def drive(args, port: int, web_pid: int) -> None:
     url = f"ws://127.0.0.1:{port}/ws/lab/"
     started, cpu_before, own_before = time.monotonic(), cpu_seconds(web_pid), cpu_seconds(os.getpid())
     sent = await asyncio.wait_for(
-        asyncio.gather(*(client(url, latencies, timeline) for _ in range(args.clients))), args.timeout)
+        asyncio.gather(*(client(url, f"http://127.0.0.1:{port}", latencies, timeline) for _ in range(args.clients))), args.timeout)
     elapsed, web_cpu = time.monotonic() - started, cpu_seconds(web_pid) - cpu_before
     clients_cpu = cpu_seconds(os.getpid()) - own_before
     latencies.sort()

@@ -7,7 +7,6 @@ on it), ``lab`` (lab controllers, runlab stacks, web servers on real Redis/Postg
 (``pytestmark``) if it has one, else the one its name says (``LANE_BY_NAME``), else
 ``unit``; every test gets its lane's mark, so ``pytest -m unit`` runs one lane.
 """
-import asyncio
 import os
 import socket
 
@@ -138,17 +137,17 @@ def fresh_rate_limits():
 
 @pytest.fixture
 async def fake_lab():
-    """A FakeLab (tests/fake_lab.py) answering the bus over the in-memory channel layer."""
+    """A FakeLab (tests/fake_lab.py: the real controller on a fake broker and clients)
+    answering the bus over the in-memory channel layer."""
     from channels.layers import get_channel_layer
 
     from .fake_lab import FakeLab
 
     layer = get_channel_layer()
     await layer.flush()  # the in-memory layer outlives a test's event loop
-    fake = FakeLab()
-    task = asyncio.create_task(fake.run())
-    yield fake
-    task.cancel()
+    lab = await FakeLab().start()
+    yield lab
+    await lab.stop()
     await layer.flush()
 
 

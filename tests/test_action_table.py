@@ -120,31 +120,26 @@ def test_a_control_the_attached_cluster_turned_off_is_refused_first():
     assert actions.disabled(state, "broker_online") is None
 
 
-# ---------------------------------------------------------------- the web tests' fake answers by the same table
+# ---------------------------------------------------------------- the web tests' lab: the controller on a fake world
 
-async def test_the_fake_lab_refuses_as_the_controller_does():
-    from .fake_lab import FakeLab
-
-    fake = FakeLab()
+async def test_the_web_tests_lab_refuses_as_the_controller_does(fake_lab):
     for action, params, reason in [
         ("explode", {}, "unknown action 'explode'; valid: add_consumer, broker, consumer, "),
         ("set_strategy", {"group": "GID_LAB"}, "set_strategy: missing a required argument: 'strategy'"),
         ("producer_rate", {"topic": "TopicTest", "rate": 10**6}, "rate must be between 0 and 50000"),
         ("add_consumer", {"group": "GID_LAB", "mode": "pop"}, "group GID_LAB consumes in push mode; use set_mode"),
         ("queues", {"topic": "TopicTest", "delta": -5, "broker": "broker-a"}, "TopicTest has only 4 queue(s) on broker-a"),
+        # Its world has no name server: no cluster to observe.
+        ("observe", {"group": "GID_THEIRS"}, "observing a group needs a name server"),
     ]:
         with pytest.raises(bus.LabError) as refused:
-            await fake.handle(action, params)
+            await fake_lab.ask(action, **params)
         assert str(refused.value).startswith(reason)
 
 
-async def test_the_fake_lab_takes_what_the_table_offers():
-    from .fake_lab import FakeLab
-
-    fake = FakeLab()
-    await fake.handle("set_strategy", {"group": "GID_LAB", "strategy": "avg_by_circle", "options": {}})
-    assert fake.groups["GID_LAB"].strategy == "AVG_BY_CIRCLE"
-    answer = await fake.handle("observe", {"group": "GID_THEIRS"})
-    assert answer["group"] == "GID_THEIRS" and fake.groups["GID_THEIRS"].observed
-    added = await fake.handle("add_consumer", {"group": "GID_NEW", "strategy": "AVG_BY_CIRCLE"})
+async def test_the_web_tests_lab_takes_what_the_table_offers(fake_lab):
+    await fake_lab.ask("set_strategy", group="GID_LAB", strategy="avg_by_circle", options={})
+    assert fake_lab.groups["GID_LAB"].strategy == "AVG_BY_CIRCLE"
+    added = await fake_lab.ask("add_consumer", group="GID_NEW", strategy="AVG_BY_CIRCLE")
     assert added["state"]["groups"]["GID_NEW"]["strategy"] == "AVG_BY_CIRCLE"
+    assert added["state"]["groups"]["GID_NEW"]["assignments"] == {added["client_id"]: fake_lab.labels()}

@@ -16,8 +16,11 @@ import sys
 import pytest
 from playwright.sync_api import expect
 
+from consumers_app.allocate import get_strategy, sort_for_allocation
+from consumers_app.message_queue import MessageQueue
+
 from .browser import VIEW, fake_lab_server, logged_in_page, screenshot, server_state, shown
-from .fake_lab import FakeLab, ScaledFakeLab, serve
+from .fake_lab import TOPIC, FakeLab, serve, served_lab
 from .support import wait_until
 
 pytestmark = pytest.mark.browser
@@ -246,33 +249,37 @@ def test_the_login_page_loads_no_plotly(browser, small_server):
 
 # ------------------------------------------------------------------ the servers (run as a script)
 
-def scale_lab() -> ScaledFakeLab:
+async def scale_lab() -> FakeLab:
     """64 push consumers on 4 × 64 queues with a rebalance under way, and some lag."""
-    from consumers_app.events import now_ms
-
-    lab = ScaledFakeLab(consumers=64, brokers=4, queues_per_broker=64)
+    lab = await served_lab(consumers=64, brokers=4, queues_per_broker=64)
+    for i, label in enumerate(lab.labels()):
+        lab.world.broker.add_backlog(MessageQueue.from_label(TOPIC, label), 37 * i)
+    # From here a stop or kill is the moment right after it: the broker dropped the consumer
+    # and the survivors have not rebalanced yet, so its queues stay unowned.
+    lab.world.hold_rebalances()
     for client_id, label in CONTESTED:
-        lab.claim(client_id, label)
+        lab.world.claim(client_id, label)
     for label in UNOWNED:
-        lab.release(label)
-    lab.state.set_offsets("GID_LAB", now_ms(), [{"label": label, "committed_offset": 1000, "max_offset": 1000 + 37 * i,
-                                                 "min_offset": 0} for i, label in enumerate(lab.labels())])
-    lab.state.drain()
+        lab.world.release(label)
+    await lab.poll()
     return lab
 
 
 PEER_ID = "192.0.2.2@ali-ons-13877"
 
 
-def peer_lab() -> FakeLab:
+async def peer_lab() -> FakeLab:
     """Three of ours and a peer whose client id is long, sharing the 8 queues."""
-    lab = FakeLab(consumers=3)
+    lab = await served_lab()
+    broker = lab.world.broker
+    broker.join("GID_LAB", PEER_ID)   # ours rebalance among four
+    # The lab's view of a peer it started (peer_consumers.py; its process is no fake's to
+    # play): running, its queues the ones the broker sees it pull.
     peer = lab.state.add_client(PEER_ID, "GID_LAB", "push")
     peer.status, peer.client, peer.assignment_source = "running", "ali-ons", "broker"
-    lab._emit("membership", "GID_LAB", PEER_ID, source="broker", reason="joined", joined=[PEER_ID],
-              members=lab.alive("GID_LAB"))
-    lab._rebalanced("GID_LAB", "joined")
-    lab.state.drain()
+    mqs, cids = sort_for_allocation(broker.queues(TOPIC), broker.members["GID_LAB"])
+    held = get_strategy("AVG").allocate("GID_LAB", PEER_ID, mqs, cids)
+    lab.state.set_assignment("GID_LAB", PEER_ID, [mq.label for mq in held])
     return lab
 
 
@@ -292,7 +299,7 @@ def test_a_long_client_id_is_shortened_and_the_matrix_stays_in_its_card(browser,
         screenshot(page, "14-long-client-id")
 
 
-SCENARIOS = {"scale": scale_lab, "small": FakeLab, "peer": peer_lab}
+SCENARIOS = {"scale": scale_lab, "small": served_lab, "peer": peer_lab}
 
 if __name__ == "__main__":   # python -m tests.test_browser_scale SCENARIO PORT
     serve(SCENARIOS[sys.argv[1]], int(sys.argv[2]))

@@ -1,14 +1,10 @@
 """The live view's recent past (consumers_app/lab/timeline.py): lag sparklines and replay,
-as units and through the web API against a FakeLab's real LabState."""
-import asyncio
-
+as units and through the web API against a FakeLab (the lab's controller on a fake broker)."""
 import pytest
-from channels.layers import get_channel_layer
 
-from consumers_app.events import now_ms
 from consumers_app.lab.timeline import GroupTimeline
 
-from .fake_lab import FakeLab
+from .fake_lab import TOPIC
 
 T0 = 1_700_000_000_000
 
@@ -63,18 +59,13 @@ pytestmark_db = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-async def lagging_fake_lab():
-    layer = get_channel_layer()
-    await layer.flush()
-    fake = FakeLab()
-    for i in range(3):   # three polls, as the controller makes one a second
-        fake.state.set_offsets("GID_LAB", now_ms() - (2 - i) * 1000, [
-            {"label": label, "committed_offset": 0, "max_offset": 10 * i, "min_offset": 0}
-            for label in fake.labels()])
-    task = asyncio.create_task(fake.run())
-    yield fake
-    task.cancel()
-    await layer.flush()
+async def lagging_fake_lab(fake_lab):
+    """Three offset polls: the start's (no lag), then two more, each with 10 more messages a queue."""
+    for _ in range(2):
+        for mq in fake_lab.world.broker.queues(TOPIC):
+            fake_lab.world.broker.add_backlog(mq, 10)
+        await fake_lab.poll()
+    return fake_lab
 
 
 @pytestmark_db

@@ -11,7 +11,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from consumers_app.lab.rebalance_totals import RebalanceTotals
 from dashboard.auth import issue_api_token
 
-from .fake_lab import FakeLab
 from .support import free_port, manage_py, wait_until
 from .test_lab_runlab import migrated_env, start_lab, wait_for_three
 
@@ -19,14 +18,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-async def lab():
-    layer = get_channel_layer()
-    await layer.flush()
-    fake = FakeLab()
-    task = asyncio.create_task(fake.run())
-    yield fake
-    task.cancel()
-    await layer.flush()
+async def lab(fake_lab):
+    return fake_lab
 
 
 def samples(text: str) -> dict[tuple, float]:

@@ -63,8 +63,11 @@ async def test_actions_reach_every_socket_as_events(fake_lab, token):
         assert (await ws.receive_json_from())["type"] == "snapshot"
     await bus.request("set_strategy", group="GID_LAB", strategy="AVG_BY_CIRCLE")
     for ws in (first, second):
-        frame = await ws.receive_json_from()
-        assert (frame["type"], frame["strategy"], frame["reason"]) == ("assignment", "AVG_BY_CIRCLE", "strategy changed")
+        frame = await ws.receive_json_from()   # the lab's word of the switch, then each consumer's
+        assert (frame["type"], frame["fault"], frame["clients"]) == ("fault", "strategy", ["c1", "c2", "c3"])
+        while (frame := await ws.receive_json_from())["type"] != "assignment":
+            pass
+        assert (frame["client_id"], frame["strategy"], frame["reason"]) == ("c1", "AVG_BY_CIRCLE", "strategy")
     await first.disconnect()
     await second.disconnect()
 

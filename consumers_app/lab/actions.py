@@ -1,8 +1,8 @@
 """What a user can ask the lab to do: the one table of actions and their parameters.
 
-The controller dispatches bus requests through it (``checked_request``), the control API
-(dashboard/api.py) derives what a web request must look like from it, and the web tests'
-fake lab (tests/fake_lab.py) answers through it too, so the three cannot drift.
+The controller dispatches bus requests through it (``checked_request``) and the control API
+(dashboard/api.py) derives what a web request must look like from it, so the two cannot
+drift (the web tests run the controller itself, on a fake broker: tests/fake_lab.py).
 
 Each ``Action`` lists its ``Param``s in the order of its handler's signature
 (``LabController.action_<name>``) and in the order they are checked. A parameter speaks

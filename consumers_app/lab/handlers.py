@@ -173,7 +173,7 @@ class ActionHandlers:
 
 
 # ---------------------------------------------------------------- checks against the running lab
-# Apart from the handlers so the web tests' fake lab (tests/fake_lab.py) refuses as they do.
+# What weighs a request's params against the running lab, before its handler acts.
 # ``lab`` has the LabState as ``state``, the ``limits`` (controller.Limits) and ``namesrv``.
 
 def checked_new_consumer(lab, group, mode=None, topic=None, strategy=None, client=OURS) -> dict | None:

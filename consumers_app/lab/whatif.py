@@ -3,7 +3,7 @@
 Computed with the consumers' own code (consumers_app/allocate.py) on the lists every
 member would feed it (RebalanceImpl's sort of the member ids and the topic's queues), so
 the preview is what the members will compute, not an estimate. Pure: no I/O, nothing
-changed; the controller and the tests' FakeLab both answer with ``preview_group``.
+changed; the controller answers with ``preview_group``.
 """
 from collections.abc import Iterable, Mapping
 
