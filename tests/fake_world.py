@@ -16,7 +16,7 @@ So actions, checks, state, events and snapshots are the lab's own code. Determin
 nothing waits on a clock, a consumer acts on a notice at once, and the events a command
 causes reach the controller before its answer (as a worker sends them before its reply).
 ``tick()`` plays one report interval (hung consumers fill up and hit flow control) and
-``hold_rebalances()`` catches the group between a notice and the rebalances it causes.
+``hold_rebalances()`` catches a group between a notice and the rebalances it would cause.
 """
 import asyncio
 import itertools
@@ -195,7 +195,6 @@ class FakeConsumer:
         self.hung = self.cut_off = False
         self.slow_ms, self.fail_ratio = 0.0, 0.0
         self.members: list[str] = []
-        self.owed: str | None = None   # the reason of a rebalance held back (FakeWorld.hold_rebalances)
 
     @property
     def broker(self) -> FakeBroker:
@@ -211,7 +210,7 @@ class FakeConsumer:
         self.broker.join(self.group, self.client_id, self)
         self.members = list(self.broker.members[self.group])
         if self.mode == "pop":
-            self._pop_assignment()
+            self._pop_assignment(started=True)
         else:
             self.rebalance("start")
 
@@ -231,11 +230,6 @@ class FakeConsumer:
         self.state = "aborted"
         self.held, self.cached = [], {}
         self.emit("fault", fault="kill")
-        self.broker.leave(self.client_id, "closed")
-
-    def vanish(self) -> None:
-        """Its worker process died: the connection closes, nothing more is heard of it."""
-        self.state = "aborted"
         self.broker.leave(self.client_id, "closed")
 
     # -- the lab's controls ----------------------------------------------------------------
@@ -305,9 +299,7 @@ class FakeConsumer:
     def rebalance(self, reason: str) -> None:
         """RebalanceImpl.doRebalance with the broker's member list and route, as a real one runs it."""
         if self.world.rebalances_held and reason != "start":
-            self.owed = reason
             return
-        self.owed = None
         self.emit("rebalance", topic=self.topic, phase="start", reason=reason, strategy=self.strategy.name)
         mqs, cids = self.broker.allocation_inputs(self.group, self.topic)
         # As Java's: nothing to allocate from (no queue, no member list) keeps what it holds.
@@ -333,11 +325,12 @@ class FakeConsumer:
         self.held = sorted(MessageQueue.from_label(self.topic, x) for x in labels)
         self.emit_assignment(reason)
 
-    def _pop_assignment(self) -> None:
-        """Pop: one assignment per online broker, queue id -1 ("pop from any of its queues")."""
+    def _pop_assignment(self, started: bool = False) -> None:
+        """Pop: one assignment per online broker, queue id -1 ("pop from any of its queues"),
+        told when it starts and when it changes."""
         brokers = sorted({mq.broker_name for mq in self.broker.queues(self.topic, online_only=True)})
         held = [MessageQueue(self.topic, b, -1) for b in brokers]
-        if held != self.held or self.state == "running" and not self.held:
+        if started or held != self.held:
             self.held = held
             self.emit_assignment("assignment")
 
@@ -460,13 +453,6 @@ class FakeWorkers:
             await link.worker.shutdown_clients()
             link.connected = False
 
-    def kill(self, worker_id: str) -> None:
-        """The worker process dies, and every client in it: the controller hears it lost."""
-        link = self.links.pop(worker_id)
-        link.connected = False
-        for consumer in link.worker.consumers.values():
-            consumer.vanish()
-        self.on_lost(link)
 
 
 class FakeWorld:
@@ -476,27 +462,18 @@ class FakeWorld:
     def __init__(self):
         self.broker = FakeBroker()
         self.consumers: dict[str, FakeConsumer] = {}   # every consumer ever made, by client id
-        self.pools: list[FakeWorkers] = []
         self.rebalances_held = False
 
     def workers(self, on_events, on_lost) -> FakeWorkers:
-        pool = FakeWorkers(self, on_events, on_lost)
-        self.pools.append(pool)
-        return pool
+        return FakeWorkers(self, on_events, on_lost)
 
     def running(self) -> list[FakeConsumer]:
         return [c for c in self.consumers.values() if c.state == "running"]
 
     def hold_rebalances(self) -> None:
-        """From now the consumers hear notices but have not rebalanced yet (a kill leaves
-        its queues unowned) until ``release_rebalances``."""
+        """From now the consumers hear notices but do not rebalance: a kill leaves its
+        queues unowned, as in the moment before the survivors' rebalances."""
         self.rebalances_held = True
-
-    def release_rebalances(self) -> None:
-        self.rebalances_held = False
-        for consumer in self.running():
-            if consumer.owed is not None:
-                consumer.rebalance(consumer.owed)
 
     def claim(self, client_id: str, label: str) -> None:
         """``client_id`` takes ``label`` too, before its owner has let it go: two owners."""

@@ -180,6 +180,19 @@ async def test_the_controllers_refusal_is_a_400_with_its_reason(async_client, fa
     assert (await async_client.get("/api/state")).json() == before
 
 
+async def test_a_hung_consumers_queues_fill_up_to_flow_control_and_fall_behind(async_client, fake_lab):
+    assert (await post(async_client, "/api/consumers/c1/hang")).status_code == 200
+    for _ in range(4):   # four report intervals: 250 messages a queue each
+        fake_lab.world.tick()
+    await fake_lab.poll()
+    group = (await async_client.get("/api/state")).json()["groups"]["GID_LAB"]
+    hung = group["assignments"]["c1"]
+    assert hung and all(group["queues"][x]["cached_count"] == 1000 and group["queues"][x]["lag"] == 1000 for x in hung)
+    assert {e["queue"] for e in group["flow_control"] if e["client_id"] == "c1"} == set(hung)
+    others = [x for x in group["queues"] if x not in hung]
+    assert all(group["queues"][x]["cached_count"] == 0 and group["queues"][x]["lag"] == 0 for x in others)
+
+
 async def test_a_consumer_that_is_gone_is_refused(async_client, fake_lab):
     assert (await post(async_client, "/api/consumers/c1/kill")).status_code == 200
     response = await post(async_client, "/api/consumers/c1/hang")
