@@ -9,5 +9,5 @@ def post(client, url, body=None, **headers):
 
 
 def actions(fake_lab, name):
-    """The parameters of every ``name`` request the FakeLab was asked to do."""
+    """The parameters of every ``name`` request the bus brought the FakeLab's controller."""
     return [params for action, params in fake_lab.requests if action == name]
