@@ -7,7 +7,8 @@ so the whole backlog is theirs. Phase 1: the listener is slow (--slow-ms per mes
 for --slow-seconds, so every ProcessQueue fills to pullThresholdForQueue and flow
 control holds it there. Phase 2: the listener runs at full speed and drains the
 backlog. The parent samples the worker's RSS from /proc every 100 ms and prints the
-peak (and the kernel's high-water mark, VmHWM) with the consumed count.
+peak (and the kernel's high-water mark, VmHWM) with the consumed count. ``--remoting``:
+the consumers pull over RocketMQ's remoting protocol (ClientConfig.namesrv), not gRPC.
 
     .venv/bin/python bench/flow_control_memory.py [--messages 1000000]
 """
@@ -56,7 +57,8 @@ async def prefill(addr: str, total: int) -> float:
     return total / elapsed
 
 
-async def worker(addr: str, consumers: int, slow_ms: float, slow_seconds: float, total: int, deadline_s: float) -> None:
+async def worker(addr: str, consumers: int, slow_ms: float, slow_seconds: float, total: int, deadline_s: float,
+                 namesrv: str | None = None) -> None:
     """The worker process: push consumers sharing the backlog; prints progress lines."""
     import threading
 
@@ -76,7 +78,8 @@ async def worker(addr: str, consumers: int, slow_ms: float, slow_seconds: float,
 
     clients = []
     for i in range(consumers):
-        config = PushConsumerConfig(endpoints=addr, client_id=f"mem-{i}",
+        connect = {"namesrv": namesrv} if namesrv else {"endpoints": addr}
+        config = PushConsumerConfig(**connect, client_id=f"mem-{i}",
                                     consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         clients.append(PushConsumer(GROUP, TOPIC, listener, config))
     for c in clients:
@@ -98,22 +101,27 @@ def main() -> None:
     ap.add_argument("--slow-ms", type=float, default=2.0)
     ap.add_argument("--slow-seconds", type=float, default=15.0)
     ap.add_argument("--deadline", type=float, default=240.0)
+    ap.add_argument("--remoting", action="store_true", help="the consumers over remoting (name server)")
     ap.add_argument("--worker", metavar="ADDR", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-namesrv", metavar="ADDR", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker:
-        asyncio.run(worker(args.worker, args.consumers, args.slow_ms, args.slow_seconds, args.messages, args.deadline))
+        asyncio.run(worker(args.worker, args.consumers, args.slow_ms, args.slow_seconds, args.messages, args.deadline,
+                           args.worker_namesrv))
         return
 
     from tests.brokers import BrokerProcess
 
-    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp), topics=[f"{TOPIC}:8@broker-a"]) as broker:
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp), topics=[f"{TOPIC}:8@broker-a"],
+                                                             remoting=args.remoting) as broker:
         rate = asyncio.run(prefill(broker.address, args.messages))
         print(f"pre-filled {args.messages:,} x 1 KiB at {rate:,.0f} msgs/s")
         child = subprocess.Popen(
             [sys.executable, __file__, "--worker", broker.address, "--messages", str(args.messages),
              "--consumers", str(args.consumers), "--slow-ms", str(args.slow_ms),
-             "--slow-seconds", str(args.slow_seconds), "--deadline", str(args.deadline)],
+             "--slow-seconds", str(args.slow_seconds), "--deadline", str(args.deadline),
+             *(["--worker-namesrv", broker.namesrv] if args.remoting else [])],
             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         peak_rss = peak_hwm = 0
         last_line = ""
