@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 RequestHandler = Callable[[Command], Awaitable[Command | None]]
 READ_CHUNK = 256 * 1024   # what one read takes off the socket: many frames at a time
+FLUSH_BYTES = 32 * 1024   # written frames wait for the end of the loop's turn up to this much
 
 
 async def _continued(coro, waiting_on):
@@ -74,6 +75,7 @@ class Endpoint:
         self._opaques = itertools.count(1)
         self._answering: set[asyncio.Task] = set()
         self._out: list[bytes] = []       # frames written this turn of the loop, not sent yet
+        self._out_bytes = 0
         self._loop = asyncio.get_running_loop()
 
     # ------------------------------------------------------------------ reading
@@ -154,13 +156,19 @@ class Endpoint:
             self._queue(encode(cmd))
 
     def _queue(self, frame: bytes) -> None:
-        """Frames written in one turn of the loop leave in one send, at its end."""
+        """Frames written in one turn of the loop leave in one send, at its end; but no
+        more than FLUSH_BYTES wait: a peer reads the first pull answers while we encode
+        the next (held to the end of the turn, eight 36 KiB answers made both ends take
+        turns instead of working at once)."""
         self._out.append(frame)
-        if len(self._out) == 1:
+        self._out_bytes += len(frame)
+        if self._out_bytes >= FLUSH_BYTES:
+            self._flush()
+        elif len(self._out) == 1:
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        out, self._out = self._out, []
+        out, self._out, self._out_bytes = self._out, [], 0
         if out and not self.writer.is_closing():
             self.writer.write(b"".join(out))
 
