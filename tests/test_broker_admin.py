@@ -272,6 +272,35 @@ def test_membership_watch_join_leave_expire(broker, stubs_for):
         watcher.close()
 
 
+def test_session_watches_answers_by_id_and_its_close_is_the_members_leave(broker, stubs_for):
+    group = "session-group"
+    member = stubs_for(broker.address, "s1")
+    requests = queue.Queue()
+    call = member.admin.Session(iter(requests.get, None), metadata=member.md)
+    try:
+        requests.put(lab.SessionRequest(watch=lab.GroupRequest(group=group)))
+        first = next(call)
+        assert first.change.reason == "initial" and first.id == 0
+        assert heartbeat(member, group).status.code == OK
+        joined = next(call).change
+        assert (joined.reason, list(joined.client_ids)) == ("joined", ["s1"])
+        asked = lab.QueueOffsetsRequest(topic="TopicTest", group=group, queues=[qref("TopicTest", 2)])
+        requests.put(lab.SessionRequest(id=7, queue_offsets=asked))
+        answer = next(call)
+        assert answer.id == 7 and answer.queue_offsets.status.code == OK
+        assert [(q.queue.queue_id, q.committed_offset) for q in answer.queue_offsets.queues] == [(2, -1)]
+        wrong = lab.QueueOffsetsRequest(topic="TopicTest", queues=[qref("TopicTest", 9)])
+        requests.put(lab.SessionRequest(id=8, queue_offsets=wrong))
+        answer = next(call)
+        assert answer.id == 8 and answer.queue_offsets.status.code == Code.NOT_FOUND
+    finally:
+        call.cancel()
+        requests.put(None)
+    # The session was the member's connection: closing it is the member leaving at once.
+    wait_until(lambda: list(member.admin.ListGroupMembers(lab.GroupRequest(group=group)).client_ids) == [],
+               message="the member whose session closed is gone")
+
+
 def test_membership_keeps_each_groups_recent_departures_with_how_they_went(monkeypatch):
     """What the lab-only GET_CONSUMER_DEPARTURES answers (pure, on a clock of the test's):
     a goodbye, a closed connection and an expiry each kept with its reason, oldest first,

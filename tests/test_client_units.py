@@ -321,3 +321,37 @@ async def test_fetch_offsets_asks_and_decodes_only_the_asked_queues():
     assert some == {q[0]: (-1, 0, 100), q[3]: (29, 0, 103)}
     assert asked == [[], [("T", "b", 0), ("T", "b", 3), ("T", "other", 3)]]
     assert await store.fetch_offsets("T", [MessageQueue("U", "b", 0)]) == {} and len(asked) == 2
+
+
+async def test_fetch_offsets_asks_on_the_open_session_else_by_a_call():
+    from consumers_app.client.session import SessionClosed
+
+    row = lab.QueueOffsetsResponse(status=lab.Status(code=20000))
+    row.queues.add(queue=lab.QueueRef(topic="T", broker_name="b", queue_id=1), committed_offset=5, max_offset=9)
+    calls, on_session = [], []
+
+    class Lab:
+        async def GetQueueOffsets(self, req, metadata=None, timeout=None):
+            calls.append(req)
+            return row
+
+    class Session:
+        usable = True
+        ended = False
+
+        async def queue_offsets(self, req, timeout):
+            if self.ended:
+                raise SessionClosed("ended meanwhile")
+            on_session.append(req)
+            return row
+
+    session = Session()
+    store = RemoteBrokerOffsetStore("G", types.SimpleNamespace(lab=Lab(), metadata=()), session=session)
+    mq = MessageQueue("T", "b", 1)
+    assert await store.fetch_offsets("T", [mq]) == {mq: (5, 0, 9)}
+    assert (len(on_session), len(calls)) == (1, 0)
+    session.ended = True          # the stream ended between the check and the request
+    assert await store.fetch_offsets("T", [mq]) == {mq: (5, 0, 9)}
+    session.usable = False        # closed (or the network cut): a call of its own
+    assert await store.fetch_offsets("T", [mq]) == {mq: (5, 0, 9)}
+    assert (len(on_session), len(calls)) == (1, 2)

@@ -4,6 +4,7 @@ SendBack, queue locks). See ``consumers_app/protocol/lab.proto`` for each RPC's 
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -144,6 +145,44 @@ class LabAdminService(lab_grpc.LabAdminServicer):
             membership.unwatch(group, q)
             if client_id:
                 membership.close_session(group, client_id)
+
+    async def Session(self, request_iterator, context):
+        """WatchMembership, plus the member's requests answered on the same stream: the
+        first request names the group; each later one is answered with its id, in between
+        the changes, as it would be by its own call."""
+        requests = request_iterator.__aiter__()
+        try:
+            opening = await requests.__anext__()
+        except StopAsyncIteration:
+            return
+        group = opening.watch.group
+        err = group_error(group)
+        if err:
+            await context.abort(_grpc_invalid(), err)
+        membership = self.core.membership
+        client_id = client_id_of(context)
+        out = membership.watch(group)   # changes arrive here as dicts; answers are put beside them
+        if client_id:
+            membership.open_session(group, client_id)
+        answering = asyncio.get_running_loop().create_task(self._answer(requests, context, out))
+        try:
+            while True:
+                item = await out.get()
+                yield lab.SessionMessage(change=lab.MembershipChange(**item)) if isinstance(item, dict) else item
+        finally:
+            answering.cancel()
+            membership.unwatch(group, out)
+            if client_id:
+                membership.close_session(group, client_id)
+
+    async def _answer(self, requests, context, out) -> None:
+        try:
+            async for request in requests:
+                if request.HasField("queue_offsets"):
+                    answer = await self.GetQueueOffsets(request.queue_offsets, context)
+                    out.put_nowait(lab.SessionMessage(id=request.id, queue_offsets=answer))
+        except Exception as exc:  # noqa: BLE001 - the member went; the stream's end says so
+            log.debug("session requests ended: %s", exc)
 
     # ---------------------------------------------------------------- brokers
 

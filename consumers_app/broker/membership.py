@@ -4,11 +4,11 @@ As RocketMQ's ConsumerManager: a client is registered by its heartbeat (client i
 from the ``x-mq-client-id`` gRPC metadata header), refreshed by every heartbeat or
 telemetry message, removed by NotifyClientTermination, removed at once when its
 connection closes (doChannelCloseEvent; here: when the last of its session streams -
-the membership watch our clients keep open for life - ends), and expired when silent
-for ``channel_expired_ms`` (120 s) - checked every ``scan_interval_ms`` (10 s), like
+the membership watch our clients keep open for life, LabAdmin.Session or WatchMembership -
+ends), and expired when silent for ``channel_expired_ms`` (120 s) - checked every ``scan_interval_ms`` (10 s), like
 ClientHousekeepingService. So a killed process leaves at once; a hung one or one cut
 off the network (no close) only after the expiry. Every change is pushed to the group's watchers (the
-lab's WatchMembership stream: 4.x's "consumer ids changed" notice).
+lab's Session and WatchMembership streams: 4.x's "consumer ids changed" notice).
 
 A member gone is kept a while with how it went (``departures``: "left", "closed" or
 "expired"), for whoever sees it gone later by polling the member list (the lab observing

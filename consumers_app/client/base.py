@@ -35,6 +35,7 @@ from .connection import Connection, check, new_client_id, resource
 from .remoting_connection import RemotingConnection
 from .faults import ListenerFaults
 from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
+from .session import MemberSession
 from .subscription import SubscriptionVersions
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ class ConsumerBase:
         self.emitter = emitter or events.emitter
         self.listener = listener or (lambda msgs: ConsumeResult.SUCCESS)
         self.connection: Connection | None = None
+        self.session: MemberSession | None = None   # gRPC only: the remoting client asks over its connection
         self.stats = ConsumeStats()
         self.flow_control_counts: Counter = Counter()
         self.members: list[str] = []
@@ -195,8 +197,10 @@ class ConsumerBase:
                                                  timeout_s=cfg.rpc_timeout_ms / 1000)
         else:
             self.connection = Connection(cfg.endpoints, self.client_id)
+            self.session = MemberSession(self.connection, self.group)
         if self.message_model is MessageModel.CLUSTERING:
-            self.offset_store = RemoteBrokerOffsetStore(self.group, self.connection, cfg.rpc_timeout_ms / 1000)
+            self.offset_store = RemoteBrokerOffsetStore(self.group, self.connection, cfg.rpc_timeout_ms / 1000,
+                                                        session=self.session)
         else:
             self.offset_store = LocalFileOffsetStore(self.group, self.client_id, cfg.offset_store_dir)
         await self.offset_store.load()
@@ -348,9 +352,7 @@ class ConsumerBase:
         """The lab's 'consumer ids changed' notice: rebalance at once on every change."""
         while True:
             try:
-                stream = self.connection.lab.WatchMembership(
-                    lab.GroupRequest(group=self.group), metadata=self.connection.metadata)
-                async for change in stream:
+                async for change in self._membership_changes():
                     if self.cut_off:
                         continue  # partitioned: the notice never reaches us
                     members = list(change.client_ids)
@@ -368,6 +370,13 @@ class ConsumerBase:
             except Exception as exc:  # noqa: BLE001 - re-subscribe; the periodic rebalance covers the gap
                 log.info("%s membership watch ended: %s", self.client_id, exc)
             await asyncio.sleep(1.0)
+
+    def _membership_changes(self):
+        """The broker's notices: on our session when we have one (a rebalance's requests ride
+        along), else LabAdmin.WatchMembership."""
+        if self.session is not None:
+            return self.session.changes()
+        return self.connection.lab.WatchMembership(lab.GroupRequest(group=self.group), metadata=self.connection.metadata)
 
     def on_membership_changed(self, change) -> None:
         """Subclasses rebalance."""

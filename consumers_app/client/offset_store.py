@@ -23,6 +23,7 @@ from ..atomic import write_json
 from ..message_queue import MessageQueue
 from ..protocol import lab, v2_service
 from .connection import BrokerError, check, queue_ref, resource, v2_queue
+from .session import SessionClosed
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,11 @@ class OffsetStore:
 
 
 class RemoteBrokerOffsetStore(OffsetStore):
-    def __init__(self, group: str, connection, timeout_s: float = 3.0):
+    def __init__(self, group: str, connection, timeout_s: float = 3.0, session=None):
         super().__init__(group)
         self.connection = connection
         self.timeout_s = timeout_s
+        self.session = session   # MemberSession: fetch_offsets asks on it while it is open
 
     async def load(self) -> None:  # nothing local to load
         return None
@@ -84,9 +86,16 @@ class RemoteBrokerOffsetStore(OffsetStore):
         asked = None if mqs is None else [queue_ref(mq) for mq in mqs if mq.topic == topic]
         if asked == []:
             return {}
-        resp = await self.connection.lab.GetQueueOffsets(
-            lab.QueueOffsetsRequest(topic=topic, group=self.group, queues=asked),
-            metadata=self.connection.metadata, timeout=self.timeout_s)
+        request = lab.QueueOffsetsRequest(topic=topic, group=self.group, queues=asked)
+        resp = None
+        if self.session is not None and self.session.usable:
+            try:
+                resp = await self.session.queue_offsets(request, self.timeout_s)
+            except SessionClosed:
+                pass   # ended meanwhile: ask by a call
+        if resp is None:
+            resp = await self.connection.lab.GetQueueOffsets(request, metadata=self.connection.metadata,
+                                                             timeout=self.timeout_s)
         check(resp.status)
         if mqs is None:
             return {

@@ -1,0 +1,91 @@
+"""A member's session with the broker: LabAdmin.Session, one stream for the client's life.
+
+It carries what WatchMembership does (the broker's "consumer ids changed" notices, and
+by being open, the sign that we are connected) and, beside them, the requests a
+rebalance makes at a change, answered on the same stream by id. RocketMQ's client sends
+its requests over its one remoting connection; a unary gRPC call instead costs each side
+several times what a message on an open stream does, and at a change every member asks
+at the same moment.
+
+``changes()`` opens the stream and yields each MembershipChange until it ends;
+``queue_offsets(request)`` asks while it is open (``usable``), else raises
+``SessionClosed`` so the caller makes its own call.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from ..protocol import lab
+
+
+class SessionClosed(ConnectionError):
+    """The session is not open (yet, or any more): ask by a call of its own."""
+
+
+class MemberSession:
+    def __init__(self, connection, group: str):
+        self.connection = connection
+        self.group = group
+        self._call = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self._sending = asyncio.Lock()   # one message in flight per stream (gRPC's rule)
+
+    @property
+    def usable(self) -> bool:
+        # A cut network loses new requests: then the caller's own call is lost instead.
+        return self._call is not None and not self.connection.network.active
+
+    async def changes(self):
+        """Open the session; yield every MembershipChange until the stream ends."""
+        conn = self.connection
+        if conn.network.active:
+            raise SessionClosed("the network is cut")   # nothing opens; the watch tries again
+        call = conn.lab.Session(metadata=conn.metadata)
+        try:
+            await call.write(lab.SessionRequest(watch=lab.GroupRequest(group=self.group)))
+            self._call = call
+            async for message in call:
+                if message.HasField("change"):
+                    yield message.change
+                else:
+                    waiter = self._pending.pop(message.id, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(message.queue_offsets)
+        finally:
+            self._call = None
+            call.cancel()
+            pending, self._pending = self._pending, {}
+            for waiter in pending.values():
+                if not waiter.done():
+                    waiter.set_exception(SessionClosed("the session ended before the answer"))
+
+    async def queue_offsets(self, request: lab.QueueOffsetsRequest, timeout: float) -> lab.QueueOffsetsResponse:
+        """LabAdmin.GetQueueOffsets, asked on the session."""
+        call = self._call
+        if call is None or not self.usable:
+            raise SessionClosed("no session open")
+        request_id = next(self._ids)
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._pending[request_id] = waiter
+        # The deadline is a timer on the bare future, not asyncio.wait_for, which on Python
+        # 3.11 can swallow a cancellation that races the answer (and then a consumer's
+        # shutdown waits forever for its rebalance task to end).
+        deadline = loop.call_later(timeout, _expire, waiter, timeout)
+        try:
+            try:
+                async with self._sending:
+                    await call.write(lab.SessionRequest(id=request_id, queue_offsets=request))
+            except Exception as exc:  # noqa: BLE001 - the stream ended under us
+                raise SessionClosed(f"the session ended: {exc}") from exc
+            return await waiter
+        finally:
+            deadline.cancel()
+            self._pending.pop(request_id, None)
+
+
+def _expire(waiter: asyncio.Future, timeout: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(asyncio.TimeoutError(f"no answer on the session in {timeout:g}s"))
