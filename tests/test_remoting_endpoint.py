@@ -149,3 +149,41 @@ async def test_the_server_end_fails_its_own_invoke_when_the_client_leaves():
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_request_whose_handler_waits_does_not_hold_up_the_next_one():
+    """Handlers run at once in the frame loop; one that has to wait (a long poll) goes on
+    in a task of its own: the request behind it is answered first, the waiting one once
+    what it waits for comes, and closing cancels it."""
+    release = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def handler(request: Command) -> Command:
+        if request.code == wire.PULL_MESSAGE:
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        return response(request, ext={"code": request.code})
+
+    async def accept(reader, writer):
+        await Endpoint(reader, writer, handler, name="test server").serve()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    try:
+        client = await RemotingClient.connect(f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        held = client.send(wire.PULL_MESSAGE)
+        quick = await asyncio.wait_for(client.request(wire.HEART_BEAT, timeout=NEVER), DEADLINE)
+        assert quick.ext["code"] == str(wire.HEART_BEAT) and not held.done()
+        release.set()
+        assert (await asyncio.wait_for(held, DEADLINE)).ext["code"] == str(wire.PULL_MESSAGE)
+
+        release.clear()
+        client.send(wire.PULL_MESSAGE)
+        await asyncio.wait_for(client.request(wire.HEART_BEAT, timeout=NEVER), DEADLINE)
+        await client.close()
+        await asyncio.wait_for(cancelled.wait(), DEADLINE)
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -4,8 +4,9 @@ and every client are this class.
 It reads frames until the connection ends. A response goes to the request of ours that
 waits for it (the pending table, by opaque); a request from the peer goes to ``on_request``
 and its answer, if any, is sent back; a handler that has to wait goes on in a task of its
-own (a long poll must not hold up the heartbeat behind it). ``invoke`` sends a request and waits for its answer, ``send`` gives
-the answer's future (many in flight), ``oneway`` expects none.
+own (a long poll must not hold up the heartbeat behind it). ``invoke`` sends a request and
+waits for its answer, ``send`` gives the answer's future (many in flight), ``oneway``
+expects none.
 
 A frame that cannot be read (length outside [4, MAX_FRAME], a header we cannot decode)
 closes the connection with a log line, as Netty's frame decoder does. Closing, for
@@ -17,7 +18,7 @@ of CPU on a busy VM, more than the rest of a request), so the loop batches what 
 pipeline batches: it reads what the socket has and cuts every whole frame out of it; a
 request's handler runs at once, inside the loop, and gets a task of its own only when it
 has to wait (a long poll, a sync flush); and what one turn of the event loop writes goes
-out in one send.
+out in one send (up to FLUSH_BYTES: more goes at once).
 """
 from __future__ import annotations
 
