@@ -17,7 +17,7 @@ Group G1 reads TopicTest: 8 queues (broker-a:0-3, broker-b:0-3) sampled every se
   records the hand-offs of c3's queues to c2 (``handoff`` events, updated as c2 consumes
   duplicates: only the latest counts).
 
-The expectation re-implements the job's definitions (dashboard/lag/job.py, status.py)
+The expectation re-implements the job's definitions (dashboard/lag/snapshot_tables.py, status.py)
 independently, on plain lists.
 """
 from __future__ import annotations

@@ -13,7 +13,8 @@ from consumers_app.lab.controller import LabController
 from consumers_app.lab.disk import DiskPlaces, measure
 from consumers_app.lab.recorder import EVENTS, SNAPSHOTS, Recorder, hour_partitions, prune_hours, write_part
 from dashboard.lag.history import LagHistory
-from dashboard.lag.job import DAY, HOUR, STATE_FILE, JobParams, LagJob
+from dashboard.lag.job import JobParams, LagJob
+from dashboard.lag.layout import DAY, HOUR, STATE_FILE
 
 NOW = 1_767_265_080_000  # 2026-01-01T10:58:00Z: inside hour 10
 

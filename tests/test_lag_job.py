@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from dashboard.lag.history import LagHistory
-from dashboard.lag.job import JobParams, LagJob, list_recordings
+from dashboard.lag.job import JobParams, LagJob
+from dashboard.lag.layout import list_recordings
 from consumers_app.lab.recorder import SNAPSHOTS, Recorder
 from dashboard.lag.reports import CSV_COLUMNS
 

@@ -1,13 +1,20 @@
-"""The batch run's plan (dashboard/lag/job.py plan_run) as a pure function: which windows a
-run recomputes and which recording files it reads, from file names alone. No Spark."""
+"""The batch run's plan (dashboard/lag/plan.py plan_run) as a pure function: which windows a
+run recomputes, which recording files it reads and which hour partitions it rewrites, from
+file names alone. No Spark."""
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from dashboard.lag.job import EVENTS, MINUTE, SNAPSHOTS, JobParams, JobResult, RunPlan, plan_run
+from consumers_app.lab.recorder import EVENTS, SNAPSHOTS
+from dashboard.lag.job import JobParams
+from dashboard.lag.layout import HOUR, MINUTE, list_recordings
+from dashboard.lag.plan import Idle, RunPlan, plan_run
 
 T0 = 1_767_265_080_000   # 2026-01-01T10:58:00Z, a whole minute
 P = JobParams()          # status window 60 s, stop after 300 s
@@ -30,7 +37,7 @@ def test_nothing_new_when_every_file_is_processed():
     files = files_of({SNAPSHOTS: [0, 1], EVENTS: [1]})
     processed = {kind: set(files[kind]) for kind in files}
     result = plan_run(files, processed, P)
-    assert isinstance(result, JobResult) and result.state == "nothing-new"
+    assert isinstance(result, Idle) and result.state == "nothing-new"
 
 
 def test_new_minutes_recompute_one_minute_before_and_the_status_window_after():
@@ -69,12 +76,37 @@ def test_a_targeted_run_recomputes_its_range_whatever_is_processed(since, until,
 def test_an_empty_targeted_range_is_nothing_new():
     files = files_of({SNAPSHOTS: [0]})
     result = plan_run(files, {SNAPSHOTS: set(), EVENTS: set()}, JobParams(since_ms=T0 + MINUTE, until_ms=T0 + MINUTE))
-    assert isinstance(result, JobResult) and result.state == "nothing-new"
+    assert isinstance(result, Idle) and result.state == "nothing-new"
+
+
+def test_the_plan_rewrites_each_table_s_hour_partitions_the_range_overlaps():
+    # new minutes 10:58 and 10:59: the range 10:57 .. 11:01 crosses into hour 11
+    plan = plan_run(files_of({SNAPSHOTS: [0, 1]}), {SNAPSHOTS: set(), EVENTS: set()}, P)
+    assert plan.range_ms == (T0 - MINUTE, T0 + 3 * MINUTE) and (T0 + 2 * MINUTE) % HOUR == 0
+    assert plan.hours == [("2026-01-01", "10"), ("2026-01-01", "11")]
+    assert [p.as_posix() for p in plan.partitions("owner_windows")] == [
+        "date=2026-01-01/hour=10", "date=2026-01-01/hour=11"]
+    assert [p.as_posix() for p in plan.partitions("queue_windows")] == [
+        "res=10s/date=2026-01-01/hour=10", "res=10s/date=2026-01-01/hour=11",
+        "res=1m/date=2026-01-01/hour=10", "res=1m/date=2026-01-01/hour=11"]
+
+
+def test_a_range_inside_one_hour_rewrites_that_hour_only():
+    files = files_of({SNAPSHOTS: list(range(-50, -40))})   # 10:08 .. 10:17
+    plan = plan_run(files, {SNAPSHOTS: set(files[SNAPSHOTS]), EVENTS: set()},
+                    JobParams(since_ms=T0 - 45 * MINUTE, until_ms=T0 - 44 * MINUTE))
+    assert plan.hours == [("2026-01-01", "10")]
+    # the look-back reads the files before the range: 6 minutes (stop after 300 s + 1 min)
+    assert plan.to_read[SNAPSHOTS] == sorted(minute_file(SNAPSHOTS, m) for m in range(-50, -43))
+
+
+def test_planning_needs_no_spark():
+    code = ("import sys; import dashboard.lag.plan, dashboard.lag.layout; "
+            "assert not [m for m in sys.modules if m.startswith('pyspark')], 'pyspark imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
 
 
 def test_listing_with_a_cache_lists_only_hours_written_to(tmp_path):
-    from dashboard.lag.job import list_recordings
-
     def touch(hour: int, minute: int, part: int = 0) -> str:
         d = tmp_path / SNAPSHOTS / "date=2026-01-01" / f"hour={hour:02d}"
         d.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ import pytest
 from consumers_app.events import event_from_dict
 from consumers_app.lab.recorder import Recorder
 from dashboard.lag.history import LagHistory
-from dashboard.lag.job import TABLE_HAS_RES, JobParams, LagJob
+from dashboard.lag.job import JobParams, LagJob
+from dashboard.lag.layout import TABLE_HAS_RES
 from dashboard.lag.stream import LagStream
 from dashboard.lag.tail import KEYS
 

@@ -1,6 +1,6 @@
 """Two time ranges of one group side by side (e.g. before and after a strategy switch).
 
-Per range, from the lag history (job.py's tables, read with pyarrow):
+Per range, from the lag history (the lag job's tables, read with pyarrow):
 
 * lag: the average of the group's lag over the range's samples (``avg_lag`` of its 10-s
   windows), its 95th percentile over the 10-s windows' ``p95_lag``, and the largest lag;

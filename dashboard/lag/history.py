@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from . import tail
-from .job import STATE_FILE, TABLE_HAS_RES, list_recordings
+from .layout import STATE_FILE, TABLE_HAS_RES, list_recordings
 from consumers_app.lab.recorder import EVENTS, SNAPSHOTS
 
 RESOLUTIONS = ("10s", "1m")

@@ -134,7 +134,7 @@ def owner_summary(history: LagHistory, q: ReportQuery) -> list[dict]:
 
 
 def fault_list(history: LagHistory, q: ReportQuery) -> list[dict]:
-    """Faults injected in the range (job.py's marks), strategy switches among them."""
+    """Faults injected in the range (event_tables.py's marks), strategy switches among them."""
     df = history.windows("marks", q.group, q.from_ms, q.to_ms, end_col="window_start")
     out = []
     for r in (df[df["kind"] == "fault"].itertuples() if len(df) else ()):

@@ -52,6 +52,14 @@ def is_connect(session) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
 
+def spark_schema(arrow_schema):
+    """The Spark schema of a recordings' Arrow schema (recorder.py: int64, int32, string)."""
+    from pyspark.sql import types as T
+
+    kinds = {"int64": T.LongType(), "int32": T.IntegerType(), "string": T.StringType()}
+    return T.StructType([T.StructField(f.name, kinds[str(f.type)], True) for f in arrow_schema])
+
+
 def get_spark(master: str | None = None, app_name: str = "rebalance-lab-lag"):
     """A SparkSession configured for the lag job (reuses the active one if any)."""
     from pyspark.sql import SparkSession

@@ -20,7 +20,7 @@ status look-back: its cost follows the slice and the queues, not the horizon (at
 queues: 2.1 s of CPU a pass, where reading the horizon cost 4.5 s and grew with it). New
 rows' partials are merged into the state's (late rows of a slice merge exactly: maxima,
 sums, concatenated lags; a point a new row reaches is evaluated again, and so is every
-later point of its queue), and the batch job's own functions (job.py) compute, from state +
+later point of its queue), and the batch job's own functions (snapshot_tables.py, event_tables.py) compute, from state +
 new, those windows and the next state (the rows before the cuts pass into it unread). The query's result comes back as one Arrow table; ``trim`` keeps the windows
 the new rows can change - the new slices', the windows whose end-of-window time lag
 interpolates towards them, the minutes they fall in, the statuses after them - which are
@@ -62,14 +62,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import tail
-from .job import (EVENTS, MINUTE, POINT_COLUMNS, QUEUE_KEYS, SNAPSHOTS, TABLE_HAS_RES, JobParams, JobResult, LagJob,
-                  _merge_windows, aggregate_samples, compute_flow_control, compute_marks, compute_owner_windows,
-                  compute_queue_windows, compute_rebalances, group_per_ts, group_windows_from, list_recordings,
-                  queue_points, _spark_schema)
-from .spark import is_connect
+from .event_tables import compute_flow_control, compute_marks, compute_rebalances
+from .job import JobParams, JobResult, LagJob
+from .layout import MINUTE, TABLE_HAS_RES, list_recordings
+from .snapshot_tables import (POINT_COLUMNS, QUEUE_KEYS, aggregate_samples, compute_owner_windows, compute_queue_windows,
+                              group_per_ts, group_windows_from, merge_windows, queue_points)
+from .spark import is_connect, spark_schema
 from .status import CARRIED
 from .stream_input import cut_rows
-from consumers_app.lab.recorder import SCHEMAS
+from consumers_app.lab.recorder import EVENTS, SCHEMAS, SNAPSHOTS
 
 log = logging.getLogger(__name__)
 
@@ -341,7 +342,7 @@ class LagStream:
                 return (spark.read.format(NAME).option("manifest", manifest).option("table", table)
                         .option("schema", schema.json()).load())
 
-            inputs = {kind: leaf(f"new/{kind}", _spark_schema(SCHEMAS[kind])) for kind in (SNAPSHOTS, EVENTS)}
+            inputs = {kind: leaf(f"new/{kind}", spark_schema(SCHEMAS[kind])) for kind in (SNAPSHOTS, EVENTS)}
             schemas = _state_schemas(fold_plan(spark, self.job, inputs, None, p))
             frames = fold_plan(spark, self.job, inputs,
                                {name: leaf(f"state/{name}", schemas[name]) for name in STATE_TABLES}, p, with_events)
@@ -387,7 +388,7 @@ class LagStream:
         schema = SCHEMAS[kind]
         table = pa.concat_tables([t.select(schema.names).cast(schema) for t in tables]) if tables \
             else schema.empty_table()
-        return _frame(spark, table, _spark_schema(schema))
+        return _frame(spark, table, spark_schema(schema))
 
     def _save_state_tables(self, result: dict) -> str:
         name = f"state-{uuid.uuid4().hex}"
@@ -507,7 +508,7 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
     partial = aggregate_samples(snapshots, shuffle=False)
     # A point a new row merges into is evaluated again: its carried status goes (null).
     unchanged = F.count("status") == F.count(F.lit(1))
-    points = _merge_windows(_one(state["points"].unionByName(_points(partial))), TEN_S,
+    points = merge_windows(_one(state["points"].unionByName(_points(partial))), TEN_S,
                             *[F.when(unchanged, F.max(c)).alias(c) for c in CARRIED])
     owners = _merge_owners(_one(state["owners"].unionByName(_owners(partial))))
     per_ts = (_one(state["per_ts"].unionByName(group_per_ts(snapshots)))

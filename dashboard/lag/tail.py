@@ -1,6 +1,6 @@
 """The lag history's tail: the recent hour partitions the lag stream keeps up to date.
 
-Every table (``<lag>/<table>``, job.py's layout) has a tail, ``<lag>/_tail/<table>``, with
+Every table (``<lag>/<table>``, layout.py) has a tail, ``<lag>/_tail/<table>``, with
 the same ``[res=/]date=/hour=`` partitions. The stream (stream.py) upserts the rows each pass
 computes into the tail's partitions - a row replaces the row with the same key (``KEYS``) -
 and once an hour can no longer change (it ended more than the stream's horizon ago) the

@@ -1,0 +1,73 @@
+"""What a batch run of the lag job reads and writes, decided from file names alone.
+
+A pure function (``plan_run``: no Spark, no disk), so the rules are tested without a JVM
+(tests/test_lag_plan.py). Incremental: the files not processed yet give the minutes they
+touch; the run recomputes from one minute before the first (its time lag interpolates
+towards the new samples) to the status window after the last (those statuses look back
+at the new data), reads the recordings of that range plus the status rules' look-back,
+and rewrites the hour partitions the range overlaps. ``since``/``until``/``group`` make a
+*targeted* run instead: that range for that group, from every file, nothing marked new.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .layout import MINUTE, TABLE_HAS_RES, hours_between, partition_dirs
+from consumers_app.lab.recorder import EVENTS, SNAPSHOTS
+
+if TYPE_CHECKING:
+    from .job import JobParams
+
+
+@dataclass
+class RunPlan:
+    """What a batch run recomputes, reads and rewrites (plan_run)."""
+    new: dict          # kind -> {rel: minute} of the files not processed yet (none when targeted)
+    range_ms: tuple    # [lo, hi): the windows recomputed, whole minutes
+    read_ms: tuple     # [lo, hi) of the samples read: the range, the status look-back before it
+    to_read: dict      # kind -> sorted rels of the files that hold samples of read_ms
+    hours: list        # (date, hour) of every hour partition the range overlaps: rewritten
+
+    def partitions(self, table: str) -> list[Path]:
+        """The table's partition dirs (relative to the table) the run rewrites."""
+        return partition_dirs(Path(), TABLE_HAS_RES[table], self.hours)
+
+
+@dataclass
+class Idle:
+    """A run with nothing to do: "no-recordings" or "nothing-new" (with the empty range of
+    a targeted run, if it had one)."""
+    state: str
+    range_ms: tuple | None = None
+
+
+def plan_run(files: dict, processed: dict, p: "JobParams") -> RunPlan | Idle:
+    """A batch run's plan, from the recording files (kind -> {rel: minute}), those already
+    processed (kind -> rels) and the parameters; or Idle."""
+    if not files[SNAPSHOTS] and not files[EVENTS]:
+        return Idle("no-recordings")
+    every_minute = [m for kind in files for m in files[kind].values()]
+    if p.targeted:
+        new = {kind: {} for kind in files}
+        lo = p.since_ms - p.since_ms % MINUTE if p.since_ms is not None else min(every_minute)
+        hi = p.until_ms if p.until_ms is not None else max(every_minute) + MINUTE
+        hi = -(-hi // MINUTE) * MINUTE
+    else:
+        new = {kind: {rel: m for rel, m in files[kind].items() if rel not in processed[kind]} for kind in files}
+        new_minutes = [m for kind in new for m in new[kind].values()]
+        if not new_minutes:
+            return Idle("nothing-new")
+        # One minute before: its time lag interpolates towards the new samples. The status
+        # window after: statuses there look back at the new data.
+        lo = min(new_minutes) - MINUTE
+        hi = max(new_minutes) + MINUTE + -(-p.status_window_ms // MINUTE) * MINUTE
+    if hi <= lo:
+        return Idle("nothing-new", range_ms=(lo, hi))
+    lookback = max(p.status_window_ms, p.stop_after_ms) + MINUTE
+    read_lo, read_hi = lo - lookback, hi + MINUTE
+    to_read = {kind: sorted(rel for rel, m in files[kind].items() if m + MINUTE > read_lo and m < read_hi)
+               for kind in files}
+    return RunPlan(new=new, range_ms=(lo, hi), read_ms=(read_lo, read_hi), to_read=to_read,
+                   hours=hours_between(lo, hi))
