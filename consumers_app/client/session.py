@@ -84,6 +84,8 @@ class MemberSession:
         finally:
             deadline.cancel()
             self._pending.pop(request_id, None)
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()   # seen: a write that failed first has said why already
 
 
 def _expire(waiter: asyncio.Future, timeout: float) -> None:
