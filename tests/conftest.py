@@ -80,6 +80,18 @@ def redis_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def redis_database(redis_url):
+    """``redis_database(k)``: the URL of a Redis database of this test process's own (k = 0
+    or 1 for two uses), so a controller of another pytest worker (xdist) never answers ours."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+
+    def url(k: int = 0) -> str:
+        return redis_url.rsplit("/", 1)[0] + f"/{1 + (2 * index + k) % 15}"
+    return url
+
+
+@pytest.fixture(scope="session")
 def postgres_url() -> str:
     _require_service("PostgreSQL", "127.0.0.1", 5432)
     return os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")

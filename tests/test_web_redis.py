@@ -5,10 +5,8 @@ fake broker), two daphne processes serve the dashboard, all three meet on Redis:
 answer /api/state, and an event the controller publishes reaches the websockets of both.
 """
 import os
-import random
 import subprocess
 import sys
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import requests
@@ -33,9 +31,9 @@ def _serving(port: int) -> bool:
 
 
 @pytest.fixture
-def web_pair(redis_url, tmp_path):
-    # A database of our own on the shared Redis, so other suites' controllers never answer us.
-    layer_url = urlunsplit(urlsplit(redis_url)._replace(path=f"/{random.randint(1, 15)}"))
+def web_pair(redis_database, tmp_path):
+    # A database of our own on the shared Redis, so other test processes' controllers never answer us.
+    layer_url = redis_database(0)
     env = {**os.environ, **migrated_env(tmp_path), "CHANNEL_LAYER_URL": layer_url,
            "PYTHONUNBUFFERED": "1", "FAKE_LAB_TICK": "0"}
     token_maker = manage_py("createtoken", "script", env=env)
