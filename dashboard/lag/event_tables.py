@@ -15,6 +15,16 @@ from __future__ import annotations
 from .layout import RESOLUTIONS
 from .table_columns import with_partitions
 
+# The event types the tables are made of (the log holds more: consume, process queue, ...).
+TABLE_EVENT_TYPES = ("rebalance", "flow_control", "fault", "handoff")
+
+
+def table_events(events):
+    """The events any table is made of."""
+    from pyspark.sql import functions as F
+
+    return events.filter(F.col("type").isin(*TABLE_EVENT_TYPES))
+
 
 def compute_rebalances(events):
     """Finished rebalances: start, end, duration and changed queues, from ``rebalance`` events."""

@@ -38,10 +38,11 @@ from typing import Callable
 
 from . import status as status_rules
 from . import tail
-from .event_tables import compute_flow_control, compute_marks, compute_rebalances
+from .event_tables import compute_flow_control, compute_marks, compute_rebalances, table_events
 from .layout import DAY, STATE_FILE, TABLE_HAS_RES, list_recordings, partition_roots
 from .plan import Idle, RunPlan, plan_run
-from .snapshot_tables import aggregate_samples, compute_group_windows, compute_owner_windows, compute_queue_windows, queue_points
+from .snapshot_tables import (aggregate_samples, compute_owner_windows, compute_queue_windows, group_windows_from,
+                              per_ts_rows, queue_points)
 from .spark import spark_schema
 from .swap import swap_in
 from .table_columns import in_range
@@ -187,7 +188,8 @@ class LagJob:
         result.rows_read = self._count_rows(to_read[SNAPSHOTS])
         spark = self.spark
         snapshots = self._read(spark, SNAPSHOTS, to_read[SNAPSHOTS], read_lo, read_hi, p.group)
-        events = self._read(spark, EVENTS, to_read[EVENTS], read_lo, read_hi, p.group)
+        # Cached: three tables are made of them, and the log is hundreds of small files.
+        events = table_events(self._read(spark, EVENTS, to_read[EVENTS], read_lo, read_hi, p.group)).persist()
         self._advance("read recordings")
 
         windows = in_range(lo, hi)
@@ -201,10 +203,10 @@ class LagJob:
         queue_windows = compute_queue_windows(points).filter(windows).persist()
         result.windows["queue_windows"] = self._replace("queue_windows", queue_windows, plan, p.group, cached=True)
         points.unpersist()
-        samples.unpersist()
         self._advance("queue windows")
-        group_windows = compute_group_windows(snapshots, queue_windows)
+        group_windows = group_windows_from(per_ts_rows(samples), queue_windows)
         result.windows["group_windows"] = self._replace("group_windows", group_windows.filter(windows), plan, p.group)
+        samples.unpersist()
         self._advance("group windows")
         rebalances = compute_rebalances(events)
         result.windows["rebalances"] = self._replace("rebalances", rebalances.filter(windows), plan, p.group)
@@ -215,6 +217,7 @@ class LagJob:
         marks = compute_marks(events)
         result.windows["marks"] = self._replace("marks", marks.filter(windows), plan, p.group)
         self._advance("marks")
+        events.unpersist()
         queue_windows.unpersist()
         try:
             (self.out / "_staging").rmdir()  # empty once every table is swapped in

@@ -23,13 +23,13 @@ sorted array per window - at most a minute of samples; percentile_approx is no c
 being an object aggregate too, and the minute's p95 needs the raw values anyway).
 
 Cost: the samples are scanned and shuffled by queue once (no partial aggregation: the
-lag arrays are cheaper to build in one final aggregation), then aggregated per queue and
-10 s (max_by per column, the lags as an array) and, off the same reused shuffle, per
-queue/owner/minute; the later steps group and window per queue (the status rules with
-O(1)-per-point window functions, status.py). The 1-minute queue windows are merged up
-from the 10-s rows (last of last, max of max, sums, the arrays concatenated for p95).
-One more (narrow) pass for the group's per-ts sums. The lag stream (stream.py) runs the
-same functions over its state and each new slice.
+lag arrays are cheaper to build in one final aggregation), then aggregated off that one
+(reused) shuffle per queue and 10 s (max_by per column, the lags as an array), per
+queue/owner/minute and per group and sample ts (the group's sums: no second scan); the
+later steps group and window per queue (the status rules with O(1)-per-point window
+functions, status.py). The 1-minute queue windows are merged up from the 10-s rows (last
+of last, max of max, sums, the arrays concatenated for p95). The lag stream (stream.py)
+runs the same functions over its state and each new slice.
 """
 from __future__ import annotations
 
@@ -65,13 +65,15 @@ def enrich(snapshots):
 
 
 def aggregate_samples(snapshots, shuffle: bool = True):
-    """The one pass over the raw samples: per queue and 10-s window (``_kind`` "q") and,
-    from the same shuffled rows, per queue, owner and minute (``_kind`` "o").
+    """The one pass over the raw samples, three aggregates of the same rows: per queue and
+    10-s window (``_kind`` "q"), per queue, owner and minute ("o") and per group and sample
+    ts ("g": the group's lag, the sum of its queues', and how many queues).
 
     Everything windowed per queue is merged up from the "q" rows (exact p95 included: the
-    window's lags are carried as an array); the owner windows are the "o" rows. One plan
-    (a union) so the samples are scanned and shuffled once for both. ``shuffle=False`` for
-    samples already in one partition (a stream pass's)."""
+    window's lags are carried as an array); the owner windows are the "o" rows, the group
+    windows are made of the "g" rows. One plan (a union) so the samples are scanned and
+    shuffled once for all three. ``shuffle=False`` for samples already in one partition (a
+    stream pass's)."""
     from pyspark.sql import functions as F
 
     # Shuffle the (projected) samples by queue once, before aggregating: every later step
@@ -99,7 +101,7 @@ def aggregate_samples(snapshots, shuffle: bool = True):
     queue = queue.select(F.lit("q").alias("_kind"), *QUEUE_KEYS, "ws", last.alias("last"), first.alias("first"),
                          "max_lag", "sum_lag", "samples", "lags", "max_time_lag_ms")
     committed = F.when(F.col("consumer_offset") >= 0, F.col("consumer_offset"))
-    # Same input columns and no filter before the aggregation, so both branches sit on one
+    # Same input columns and no filter before the aggregation, so every branch sits on one
     # (reused) exchange: compute_owner_windows drops the null owners afterwards, and
     # max_time_lag_ms (unused) keeps oldest_unconsumed_store_ts in this branch's input.
     owner = s.groupBy(*QUEUE_KEYS, "owner", (ts - ts % MINUTE).alias("ws")).agg(
@@ -108,7 +110,23 @@ def aggregate_samples(snapshots, shuffle: bool = True):
         F.min(committed).alias("min_committed"), F.max(committed).alias("max_committed"),
         F.max("time_lag").alias("max_time_lag_ms"),
     ).withColumn("_kind", F.lit("o"))
-    return queue.unionByName(owner, allowMissingColumns=True)
+    # The group's sums off the same exchange: no second scan of the samples (grouped by
+    # group and ts, they shuffle again, but as one partial sum per ts and partition). Its
+    # unused max_time_lag_ms and owned keep the branch's input the exchange's columns.
+    per_ts = s.groupBy("group", "ts").agg(
+        F.sum("lag").alias("lag"), F.count("*").alias("queues"),
+        F.max("time_lag").alias("max_time_lag_ms"), F.count("owner").alias("owned"),
+    ).withColumn("_kind", F.lit("g"))
+    return (queue.unionByName(owner, allowMissingColumns=True)
+            .unionByName(per_ts, allowMissingColumns=True))
+
+
+def per_ts_rows(samples):
+    """aggregate_samples()'s "g" rows: a group's lag at each sample ts (the sum of its
+    queues' lags) and how many queues."""
+    from pyspark.sql import functions as F
+
+    return samples.filter(F.col("_kind") == "g").select("group", "ts", "lag", "queues")
 
 
 def p95(lags):
@@ -187,22 +205,9 @@ def _queue_output(agg, res_ms: int, res: str):
     return with_partitions(out, res_ms=res_ms, res=res)
 
 
-def group_per_ts(snapshots):
-    """A group's lag at each sample ts: the sum of its queues' lags (and how many queues)."""
-    from pyspark.sql import functions as F
-
-    return (enrich(snapshots.select("group", "ts", "broker_min_offset", "broker_max_offset",
-                                    "consumer_offset", "oldest_unconsumed_store_ts"))
-            .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.count("*").alias("queues")))
-
-
-def compute_group_windows(snapshots, queue_windows):
-    """A group's lag = the sum of its queues' lags at each sample ts, then windowed."""
-    return group_windows_from(group_per_ts(snapshots), queue_windows)
-
-
 def group_windows_from(per_ts, queue_windows, one_partition: bool = False):
-    """Group windows from group_per_ts() rows and the same windows' queue rows.
+    """Group windows from per_ts_rows() (a group's lag at each sample ts) and the same
+    windows' queue rows.
     ``one_partition`` for rows already in one partition (a stream pass's): every step
     stays in it, without an exchange."""
     from pyspark.sql import functions as F

@@ -28,7 +28,11 @@ BASE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     # Small data per stage: a few shuffle partitions beat the default 200.
     "spark.sql.shuffle.partitions": os.environ.get("LAG_SPARK_SHUFFLE_PARTITIONS", "8"),
-    "spark.sql.adaptive.enabled": "true",
+    # No adaptive execution: a cached plan run adaptively loses its output partitioning, so
+    # every use of the job's cached 10-s points (partitioned by queue) shuffled them again;
+    # with a few shuffle partitions on a few cores its coalescing buys nothing. (The lag
+    # service's passes run without it too: lagservice.PASS_CONF.)
+    "spark.sql.adaptive.enabled": "false",
     # collect_list per window keeps one small array per key: stay hash-based (the default
     # 128 keys falls back to a sort-based aggregation several times slower here).
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "1000000",

@@ -62,11 +62,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import tail
-from .event_tables import compute_flow_control, compute_marks, compute_rebalances
+from .event_tables import TABLE_EVENT_TYPES, compute_flow_control, compute_marks, compute_rebalances, table_events
 from .job import JobParams, JobResult, LagJob
 from .layout import MINUTE, TABLE_HAS_RES, list_recordings
 from .snapshot_tables import (POINT_COLUMNS, QUEUE_KEYS, aggregate_samples, compute_owner_windows, compute_queue_windows,
-                              group_per_ts, group_windows_from, merge_windows, queue_points)
+                              group_windows_from, merge_windows, per_ts_rows, queue_points)
 from .spark import is_connect, spark_schema
 from .status import CARRIED
 from .stream_input import cut_rows
@@ -80,7 +80,6 @@ STATE_TABLES = ("points", "owners", "per_ts", "events", "last_rebalance")
 STATE_VERSION = 2   # 2: points carry their status (status.CARRIED)
 # state table -> the column its pass cut applies to (Cuts)
 CUT_COLUMNS = {"points": "ws", "owners": "ws", "per_ts": "ts"}
-EVENT_TYPES = ("rebalance", "flow_control", "fault", "handoff")
 SKIPPED_KEPT = 20
 TEN_S = 10_000
 
@@ -416,7 +415,7 @@ class LagStream:
                     bounds = pc.min_max(table["ts"]).as_py()
                     changes_from = bounds["min"]
                     if kind == EVENTS:
-                        kept = table.filter(pc.is_in(table["type"], pa.array(EVENT_TYPES)))
+                        kept = table.filter(pc.is_in(table["type"], pa.array(TABLE_EVENT_TYPES)))
                         changes_from = pc.min(kept["ts"]).as_py() if kept.num_rows else None
                     spans[kind][rel] = (bounds["min"], bounds["max"], table.num_rows, changes_from)
                     self._slice[(kind, rel)] = table
@@ -450,7 +449,7 @@ def _empty_state(spark, job: LagJob) -> dict:
     empty_snapshots = job._read(spark, SNAPSHOTS, [], 0, 0, None)
     empty_events = job._read(spark, EVENTS, [], 0, 0, None)
     partial = aggregate_samples(empty_snapshots)
-    return {"points": _points(partial), "owners": _owners(partial), "per_ts": group_per_ts(empty_snapshots),
+    return {"points": _points(partial), "owners": _owners(partial), "per_ts": per_ts_rows(partial),
             "events": empty_events, "last_rebalance": empty_events}
 
 
@@ -511,7 +510,7 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
     points = merge_windows(_one(state["points"].unionByName(_points(partial))), TEN_S,
                             *[F.when(unchanged, F.max(c)).alias(c) for c in CARRIED])
     owners = _merge_owners(_one(state["owners"].unionByName(_owners(partial))))
-    per_ts = (_one(state["per_ts"].unionByName(group_per_ts(snapshots)))
+    per_ts = (_one(state["per_ts"].unionByName(per_ts_rows(partial)))
               .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.sum("queues").alias("queues")))
     points = queue_points(points.withColumn("_kind", F.lit("q")), p, carried=True)
     frames = {
@@ -519,7 +518,7 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
         "points": points.select(*QUEUE_KEYS, "ws", *POINT_COLUMNS, *CARRIED), "owners": owners, "per_ts": per_ts,
     }
     if with_events:
-        events = _one(new[EVENTS].filter(F.col("type").isin(*EVENT_TYPES)))
+        events = _one(table_events(new[EVENTS]))
         every_event = _one(state["events"].unionByName(events))
         frames.update({
             "rebalances": compute_rebalances(state["last_rebalance"].unionByName(every_event)),
