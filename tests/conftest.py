@@ -29,8 +29,14 @@ def module_lane(module: pytest.Module) -> str:
 
 
 def pytest_itemcollected(item):
-    """Every test gets its module's lane mark (before ``-m`` selects)."""
-    item.add_marker(module_lane(item.getparent(pytest.Module)))
+    """Every test gets its module's lane mark (before ``-m`` selects), and the group of tests
+    one test process runs together (``make test``'s ``--dist loadgroup``): its module, but the
+    whole ``spark`` lane as one - JVMs side by side on two cores slow each other past their
+    deadlines."""
+    module = item.getparent(pytest.Module)
+    lane = module_lane(module)
+    item.add_marker(lane)
+    item.add_marker(pytest.mark.xdist_group("spark" if lane == "spark" else module.path.name))
 
 
 @pytest.hookimpl(trylast=True)   # after pytest-django's database ordering, which splits modules
