@@ -45,7 +45,10 @@ class GroupTimeline:
         labels = tuple(queues)
         owners = tuple(tuple(q.get("owners", ())) for q in queues.values())
         last = self.samples[-1] if self.samples else None
-        if last is not None:   # share what did not change: most seconds, all but the figures
+        if last is not None:
+            # Two polls in one millisecond still get their own stamps, so at() finds each.
+            ts = max(ts, last.ts + 1)
+            # Share what did not change: most seconds, all but the figures.
             labels = last.labels if last.labels == labels else labels
             owners = last.owners if last.owners == owners else owners
         self.samples.append(Sample(
