@@ -18,25 +18,47 @@ LANES = ("unit", "broker", "lab", "spark", "browser")
 LANE_BY_NAME = (   # module name prefix -> lane, first match wins
     ("test_broker_", "broker"), ("test_client_", "broker"), ("test_remoting", "broker"),
     ("test_handoff.py", "broker"), ("test_lab_", "lab"), ("test_browser_", "browser"),
+    # Only names place a module in the spark lane: make test's scheduler sees names only.
+    ("test_lag_fresh.py", "spark"), ("test_lag_job.py", "spark"), ("test_lag_spark_", "spark"),
+    ("test_lag_stream.py", "spark"),
 )
+
+
+def lane_by_name(file_name: str) -> str:
+    return next((lane for prefix, lane in LANE_BY_NAME if file_name.startswith(prefix)), "unit")
 
 
 def module_lane(module: pytest.Module) -> str:
     marked = [m.name for m in module.iter_markers() if m.name in LANES]
     if marked:
         return marked[0]
-    return next((lane for prefix, lane in LANE_BY_NAME if module.path.name.startswith(prefix)), "unit")
+    return lane_by_name(module.path.name)
 
 
 def pytest_itemcollected(item):
-    """Every test gets its module's lane mark (before ``-m`` selects), and the group of tests
-    one test process runs together (``make test``'s ``--dist loadgroup``): its module, but the
-    whole ``spark`` lane as one - JVMs side by side on two cores slow each other past their
-    deadlines."""
+    """Every test gets its module's lane mark (before ``-m`` selects)."""
     module = item.getparent(pytest.Module)
     lane = module_lane(module)
+    if (lane == "spark") != (lane_by_name(module.path.name) == "spark"):
+        raise pytest.UsageError(f"{module.path.name}: the spark lane is given by name only (LANE_BY_NAME)")
     item.add_marker(lane)
-    item.add_marker(pytest.mark.xdist_group("spark" if lane == "spark" else module.path.name))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s test processes (pytest-xdist) take whole work units in lane order: a
+    module (its module fixtures - brokers, labs, servers - are made once), except the whole
+    spark lane, which is one unit: JVMs side by side on two cores slow each other past
+    their deadlines. Grouped here from the test ids, as xdist's own ``loadgroup`` can no
+    longer rename them (pytest 9.2)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "spark lane" if lane_by_name(path.rsplit("/", 1)[-1]) == "spark" else path
+
+    config.option.loadscopereorder = False   # lane order, not the biggest unit first
+    return LaneScheduling(config, log)
 
 
 @pytest.hookimpl(trylast=True)   # after pytest-django's database ordering, which splits modules
