@@ -69,13 +69,14 @@ run: install node-peers
 
 # One pytest run in lanes, in this order (tests/conftest.py): unit, broker, lab, spark, browser;
 # a failure in any lane fails it. PYTEST_ARGS narrows it, e.g. PYTEST_ARGS="-m unit".
-# PYTEST_WORKERS test processes (pytest-xdist) take whole modules in that order (the spark
-# lane as one unit; tests/conftest.py's scheduler): most tests wait on brokers, timers and
-# child processes, so three share the two cores well (0: one process).
+# PYTEST_WORKERS test processes (pytest-xdist) take whole modules in that order, the spark
+# lane first and as one unit (tests/conftest.py's scheduler): most tests wait on brokers,
+# timers and child processes, so three share the two cores well (0: one process). The 15
+# slowest tests are listed at the end.
 PYTEST_WORKERS ?= 3
 test: install-test chromium node-peers cpp-peer
 	$(BIN)/python manage.py check
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=15 $(PYTEST_ARGS)
 
 bench: install-test
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

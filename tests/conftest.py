@@ -15,6 +15,9 @@ import pytest
 from .support import require
 
 LANES = ("unit", "broker", "lab", "spark", "browser")
+# With test processes (make test) the spark lane, one long unit (see the scheduler below),
+# starts first and runs beside the others; the browser lane still comes last in a process.
+LANES_IN_PROCESSES = ("spark", "unit", "broker", "lab", "browser")
 LANE_BY_NAME = (   # module name prefix -> lane, first match wins
     ("test_broker_", "broker"), ("test_client_", "broker"), ("test_remoting", "broker"),
     ("test_handoff.py", "broker"), ("test_lab_", "lab"), ("test_browser_", "browser"),
@@ -63,14 +66,15 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(trylast=True)   # after pytest-django's database ordering, which splits modules
 def pytest_collection_modifyitems(config, items):
-    """Lane order; a module's tests together (its module fixtures are made once), in the
-    order pytest-django left them. TEST_ORDER=reversed runs each module's tests last to
+    """Lane order (the spark lane first with test processes); a module's tests together (its
+    module fixtures are made once), in the order pytest-django left them. TEST_ORDER=reversed runs each module's tests last to
     first: tests must not lean on what an earlier test left behind (module fixtures are
     shared, their state is not); CI runs the modules that share a running lab that way too
     (.ci/run)."""
     modules = [item.getparent(pytest.Module) for item in items]
     first_seen = {module: i for i, module in reversed(list(enumerate(modules)))}
-    lane = {module: LANES.index(module_lane(module)) for module in first_seen}
+    lanes = LANES_IN_PROCESSES if os.environ.get("PYTEST_XDIST_WORKER") else LANES
+    lane = {module: lanes.index(module_lane(module)) for module in first_seen}
     order = sorted(range(len(items)), key=lambda i: (lane[modules[i]], first_seen[modules[i]]))
     items[:] = [items[i] for i in order]
     if os.environ.get("TEST_ORDER") == "reversed":
