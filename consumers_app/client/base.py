@@ -124,6 +124,7 @@ class ConsumerBase:
         self.topic_queues: dict[str, list[MessageQueue]] = {}
         self.state = "created"  # created | running | stopping | stopped | aborted
         self._tasks: set[asyncio.Task] = set()
+        self._persists: set[asyncio.Task] = set()   # one-way persists in flight (spawn_persist)
         self._session: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.faults = ListenerFaults()  # the lab's hang / slow / fail, read by consume threads
@@ -161,6 +162,13 @@ class ConsumerBase:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def spawn_persist(self, coro) -> None:
+        """A one-way offset persist (RocketMQ's is on the wire once sent): a graceful
+        shutdown lets it finish before the goodbye, an abort drops it with the rest."""
+        task = self.spawn(coro, "persist")
+        self._persists.add(task)
+        task.add_done_callback(self._persists.discard)
+
     def _open_session(self) -> None:
         """The membership watch, open for the client's life: the broker's sign that our
         connection is up (closing it is how a dead process leaves at once)."""
@@ -172,9 +180,11 @@ class ConsumerBase:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def _cancel_tasks(self) -> None:
-        """Every loop but the session, which stays open until the goodbye is said."""
-        tasks = [t for t in self._tasks if t is not asyncio.current_task() and t is not self._session]
+    async def _cancel_tasks(self, keep_persists: bool = False) -> None:
+        """Every loop but the session, which stays open until the goodbye is said (and, for
+        a graceful stop, the persists in flight)."""
+        keep = {asyncio.current_task(), self._session, *(self._persists if keep_persists else ())}
+        tasks = [t for t in self._tasks if t not in keep]
         for t in tasks:
             t.cancel()
         if tasks:
@@ -210,8 +220,10 @@ class ConsumerBase:
         if self.state != "running":
             return
         self.state = "stopping"
-        await self._stop_work()
+        await self._stop_work(graceful=True)
         self._emit_consumed()   # what the listener took before it stopped is consumed all the same
+        if self._persists:   # a released queue's offset: its next owner starts there
+            await asyncio.gather(*self._persists, return_exceptions=True)
         await self._persist_on_shutdown()
         await self.notify_termination()
         await self._close_session()
@@ -232,11 +244,11 @@ class ConsumerBase:
         self.emit("fault", fault="kill")
         await self.connection.close()
 
-    async def _stop_work(self) -> None:
-        """Shared first step of shutdown and abort: end every loop, let consume threads
-        go, stop the consume pool. Push overrides it to also stop pulling and drop its
-        process queues in between."""
-        await self._cancel_tasks()
+    async def _stop_work(self, graceful: bool = False) -> None:
+        """Shared first step of shutdown and abort: end every loop (a graceful stop keeps
+        the persists in flight), let consume threads go, stop the consume pool. Push
+        overrides it to also stop pulling and drop its process queues in between."""
+        await self._cancel_tasks(keep_persists=graceful)
         self._release_threads()
         self._stop_consume_pool()
 

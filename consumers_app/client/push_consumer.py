@@ -114,11 +114,11 @@ class PushConsumer(ConsumerBase):
         self.rebalance_impl.last_reason = "start"
         self.rebalance_service.wakeup()
 
-    async def _stop_work(self) -> None:
+    async def _stop_work(self, graceful: bool = False) -> None:
         """Stop pulling first (no PullRequest is re-queued), and mark our process queues
         dropped before the consume threads are let go, so late results are ignored."""
         self.pull_service.stop()
-        await self._cancel_tasks()
+        await self._cancel_tasks(keep_persists=graceful)
         for pq in self.rebalance_impl.process_queue_table.values():
             pq.dropped = True
         self._release_threads()
@@ -193,7 +193,7 @@ class PushConsumer(ConsumerBase):
         # later, every removed queue would be sent again: one call per moved queue).
         offset = self.offset_store.table.get(mq, -1)
         if offset >= 0 and not self.offset_store.is_persisted(mq, offset):
-            self.spawn(self._persist_quietly(mq, offset))
+            self.spawn_persist(self._persist_quietly(mq, offset))
         self.offset_store.remove_offset(mq)
         self.forget_queue(mq)
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
