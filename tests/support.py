@@ -53,28 +53,47 @@ async def async_wait_until(condition, timeout: float = 10.0, interval: float = 0
         await asyncio.sleep(interval)  # noqa: sleep-ok - polling interval of a deadline wait
 
 
-def free_port() -> int:
+# Ports for the servers tests start come from below the kernel's ephemeral range (32768+
+# here), a slice per test process (pytest-xdist): a port the kernel handed out for bind(0)
+# and that was closed again may become, before our server binds it, the source port of any
+# outgoing connection or another process's pick - "port in use" under a busy suite.
+_PORTS_FROM, _PORTS_PER_PROCESS = 20_000, 3_000
+
+
+def _process_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) % 4 if worker[2:].isdigit() else 0
+
+
+_next_port = _PORTS_FROM + _process_index() * _PORTS_PER_PROCESS + (os.getpid() % 100) * 10
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def free_port_run(count: int) -> int:
     """The first of ``count`` consecutive free ports (a broker's remoting ports: one per
-    logical broker, upward from the first)."""
-    def bindable(port: int) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                return False
-
-    for _ in range(100):
-        first = free_port()
-        if first + count <= 65536 and all(bindable(first + i) for i in range(1, count)):
+    logical broker, upward from the first), from this test process's slice."""
+    global _next_port
+    first_of_slice = _PORTS_FROM + _process_index() * _PORTS_PER_PROCESS
+    for _ in range(_PORTS_PER_PROCESS):
+        if _next_port + count > first_of_slice + _PORTS_PER_PROCESS:
+            _next_port = first_of_slice
+        first, _next_port = _next_port, _next_port + count
+        if all(_bindable(first + i) for i in range(count)):
             return first
-    raise RuntimeError(f"no run of {count} free ports found")
+    raise RuntimeError(f"no run of {count} free ports found in {first_of_slice}-{first_of_slice + _PORTS_PER_PROCESS}")
+
+
+def free_port() -> int:
+    """A port no server holds now, from this test process's slice (see above)."""
+    return free_port_run(1)
 
 
 def manage_py(*args: str, env: dict | None = None, **popen_kwargs) -> subprocess.Popen:
