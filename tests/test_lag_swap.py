@@ -21,7 +21,10 @@ def _stage(root, rels, value):
 
 
 def _values(table):
-    return sorted(ds.dataset(table, format="parquet", partitioning="hive").to_table()["hour"].to_pylist())
+    dataset = ds.dataset(table, format="parquet", partitioning="hive")
+    if not dataset.files:   # listed while a retired generation was being deleted under the reader
+        raise FileNotFoundError(table)
+    return sorted(dataset.to_table()["hour"].to_pylist())
 
 
 def test_swap_replaces_only_the_affected_partitions_and_adopts_a_plain_dir(tmp_path):
