@@ -48,6 +48,22 @@ def test_the_pace_is_capped(tmp_path, monkeypatch):
     assert service._not_before - service.cpu.samples[-1][0] <= 60.5   # not 300 s
 
 
+def test_a_dear_pass_after_quiet_time_does_not_hold_back_the_next(tmp_path, monkeypatch):
+    service = make_service(tmp_path, monkeypatch, cost_s=1.0, budget=0.25)
+    now = {"t": 1_000.0}
+    service.clock = lambda: now["t"]
+    service.pass_once()                      # not charged
+    service.pass_once()                      # 1 CPU s at 25 %: the next 4 s later
+    assert service._not_before == 1_004.0
+    now["t"] += 30                           # quiet: the bucket fills to 20 s worth (5 CPU s)
+    service.stream.cost_s = 3.0
+    service.pass_once()                      # dearer than its share: paid from the bucket
+    assert service._not_before <= now["t"]
+    now["t"] += 0.5
+    service.pass_once()                      # 2 + 0.125 - 3: 3.5 s to wait
+    assert service._not_before == now["t"] + 3.5
+
+
 def test_a_new_slice_wakes_the_wait_and_a_stop_ends_it(tmp_path, monkeypatch):
     service = make_service(tmp_path, monkeypatch, cost_s=0.0, budget=0.10)
     marks = iter([("a",), ("a",), ("b",)])

@@ -3,12 +3,15 @@
 ``manage.py lagservice`` (runlab starts it, see LAB_LAG_SERVICE) runs ``LagService.run``:
 a pass folds the recordings not processed yet into the history as soon as a new snapshot
 slice appears (the recorder writes a slice right after its last sample), and at least every
-``period_s`` - but never sooner than its CPU budget allows: after a pass that cost ``c``
-CPU seconds (the service and its JVM) the next waits until ``c / cpu_budget`` seconds have
-passed since this one started, so history costs at most ``cpu_budget`` of one core
+``period_s`` - but never sooner than its CPU budget allows. The budget is a bucket of CPU
+seconds (the service and its JVM): it fills at ``cpu_budget`` a second, up to what
+``burst_s`` (20 s) of filling holds, each pass takes its cost out, and the next pass waits
+while it is below zero. So history costs at most ``cpu_budget`` of one core on average
 (LAB_LAG_CPU_BUDGET, 25 %: the most history may cost, in a lab of 64 x 256; a pass per
-slice of the default lab costs ~5 %) whatever a pass costs on this machine; a slower pass only
-makes the history less fresh (the page says how far behind it is), up to a pass a minute.
+slice of the default lab costs ~5 %) whatever a pass costs on this machine, and one pass
+dearer than its share (the JIT still warming up, a burst of events) does not hold back the
+next slice; a machine too slow for the budget only makes the history less fresh (the page
+says how far behind it is), up to a pass a minute.
 The first pass (a cold JVM and the backlog of a start) is not charged. It notices new slices by the
 modification time of the current hour's snapshot directory, a stat every ``watch_s``: no
 listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
@@ -89,7 +92,7 @@ class LagService:
     def __init__(self, job: LagJob, params: Callable[[], JobParams], *, period_s: float = 10.0,
                  watch_s: float = 0.25, max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
                  verbose: bool = True, cpu_window_s: float = 120.0, cpu_budget: float = 0.25,
-                 max_pace_s: float = 60.0):
+                 max_pace_s: float = 60.0, burst_s: float = 20.0, clock: Callable[[], float] = time.monotonic):
         self.job = job
         self.stream = LagStream(job)
         self.params = params   # read per pass: a bad setting pauses the service, it does not end it
@@ -102,7 +105,10 @@ class LagService:
         self.cpu = CpuShare(os.getpid(), cpu_window_s)
         self.cpu_budget = cpu_budget
         self.max_pace_s = max_pace_s
-        self._not_before = 0.0   # monotonic: the budget's earliest next pass
+        self.burst_s = burst_s
+        self.clock = clock
+        self._credit, self._credit_at = 0.0, None   # the budget's bucket: CPU seconds, and when
+        self._not_before = 0.0   # clock: the budget's earliest next pass
         self.status = {"state": "running", "pid": None, "paused": None, "passes": 0, "last_pass": None,
                        "cpu_pct": None, "newest_sample_ts": None}
         self.stopping = threading.Event()
@@ -154,7 +160,7 @@ class LagService:
         """Until a new snapshot slice is written, ``period_s`` has passed, or a stop; never
         before the CPU budget allows the next pass."""
         seen, deadline = self._watched(), time.monotonic() + self.period_s
-        if self.stopping.wait(max(0.0, self._not_before - time.monotonic())):
+        if self.stopping.wait(max(0.0, self._not_before - self.clock())):
             return
         while self._watched() == seen and time.monotonic() < deadline:
             if self.stopping.wait(self.watch_s):
@@ -163,13 +169,12 @@ class LagService:
     # -- a pass -------------------------------------------------------------------
 
     def pass_once(self) -> None:
-        started, cpu_before = time.monotonic(), tree_cpu_seconds(os.getpid())
+        cpu_before = tree_cpu_seconds(os.getpid())
         result = self.stream.run(self.params())
         # The budget paces the steady state: the first pass (a cold JVM, the backlog of a
-        # start) is not charged, and no pace is slower than ``max_pace_s``.
+        # start) is not charged.
         if self.cpu_budget > 0 and self.status["passes"] > 0:
-            cost = tree_cpu_seconds(os.getpid()) - cpu_before
-            self._not_before = started + min(cost / self.cpu_budget, self.max_pace_s)
+            self._charge(tree_cpu_seconds(os.getpid()) - cpu_before)
         resumed = self.status["state"] == "paused"
         newest = (self.job.load_state().get("stream") or {}).get("newest")
         self._write(state="running", paused=None, passes=self.status["passes"] + 1,
@@ -180,6 +185,16 @@ class LagService:
             self.say("resumed")
         self._log(f"pass {self.status['passes']}: {result.state}, {result.new_files} new file(s), "
                   f"{result.seconds:.1f} s")
+
+    def _charge(self, cost: float) -> None:
+        """Take a pass's CPU seconds out of the budget's bucket (see the module doc); the next
+        pass waits until it is back at zero, never longer than ``max_pace_s``."""
+        now = self.clock()
+        filled = 0.0 if self._credit_at is None else (now - self._credit_at) * self.cpu_budget
+        self._credit = min(self.cpu_budget * self.burst_s, self._credit + filled) - cost
+        self._credit = max(self._credit, -self.cpu_budget * self.max_pace_s)
+        self._credit_at = now
+        self._not_before = now + max(0.0, -self._credit / self.cpu_budget)
 
     def _log(self, line: str) -> None:
         if self.verbose:
