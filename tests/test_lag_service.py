@@ -73,3 +73,28 @@ def test_a_new_slice_wakes_the_wait_and_a_stop_ends_it(tmp_path, monkeypatch):
     threading.Timer(0.05, service.stopping.set).start()
     service.wait_for_recordings()            # returns on the stop, long before period_s
     assert service.stopping.is_set()
+
+
+def test_the_relay_drops_only_a_retired_pyspark_workers_broken_pipe():
+    import io
+
+    from dashboard.lag.service_process import LagServiceProcess
+
+    out = io.StringIO()
+    relay = LagServiceProcess(["true"], out=out)
+    daemon = '  File "/v/pyspark/python/lib/pyspark.zip/pyspark/daemon.py", line {}, in worker'
+    lines = ["pass 3: done",
+             "Traceback (most recent call last):", daemon.format(264), daemon.format(95),
+             "BrokenPipeError: [Errno 32] Broken pipe",
+             "Traceback (most recent call last):", '  File "/repo/dashboard/lag/stream.py", line 1, in run',
+             "ValueError: a real failure",
+             "Traceback (most recent call last):", '  File "/repo/x.py", line 2']   # cut off: still shown
+    for line in lines:
+        if not relay.on_line(line):
+            relay.relay(line)
+    relay.on_output_end()
+    assert out.getvalue().splitlines() == [
+        "[lag] pass 3: done",
+        "[lag] Traceback (most recent call last):", '[lag]   File "/repo/dashboard/lag/stream.py", line 1, in run',
+        "[lag] ValueError: a real failure",
+        "[lag] Traceback (most recent call last):", '[lag]   File "/repo/x.py", line 2']

@@ -17,6 +17,30 @@ class LagServiceProcess(SupervisedProcess):
                  failure_window_s: float = 300.0, backoff_s: tuple[float, float] = (1.0, 30.0)):
         super().__init__(argv, cwd=cwd, out=out, max_failures=max_failures, failure_window_s=failure_window_s,
                          backoff_s=backoff_s)
+        self._traceback: list[str] = []
+
+    def on_line(self, line: str) -> bool:
+        """A traceback is held until its last line. PySpark's daemon prints one when the
+        JVM retires a Python worker idle for a minute (the planning workers, once per
+        start): over the Unix socket (spark.py) the worker meets the closed end as a
+        BrokenPipeError in pyspark/daemon.py - housekeeping, not a failure, so it is
+        dropped; any other traceback is relayed whole."""
+        if not self._traceback and not line.startswith("Traceback (most recent call last):"):
+            return False
+        self._traceback.append(line)
+        if line.startswith(("Traceback", " ", "\t")):
+            return True
+        block, self._traceback = self._traceback, []
+        retired_worker = line.startswith("BrokenPipeError") and any("pyspark/daemon.py" in b for b in block)
+        if not retired_worker:
+            for held in block:
+                self.relay(held)
+        return True
+
+    def on_output_end(self) -> None:
+        held, self._traceback = self._traceback, []
+        for line in held:
+            self.relay(line)
 
     def relay(self, line: str) -> None:
         self.say(f"{PREFIX}{line}")
