@@ -70,7 +70,7 @@ run: install node-peers
 # One pytest run in lanes, in this order (tests/conftest.py): unit, broker, lab, spark, browser;
 # a failure in any lane fails it. PYTEST_ARGS narrows it, e.g. PYTEST_ARGS="-m unit".
 # PYTEST_WORKERS test processes (pytest-xdist) take whole modules in that order, the spark
-# lane first and as one unit (tests/conftest.py's scheduler): most tests wait on brokers,
+# lane first and as two units (tests/conftest.py's scheduler): most tests wait on brokers,
 # timers and child processes, so three share the two cores well (0: one process). The 15
 # slowest tests are listed at the end.
 PYTEST_WORKERS ?= 3

@@ -15,7 +15,7 @@ import pytest
 from .support import require
 
 LANES = ("unit", "broker", "lab", "spark", "browser")
-# With test processes (make test) the spark lane, one long unit (see the scheduler below),
+# With test processes (make test) the spark lane, two long units (see the scheduler below),
 # starts first and runs beside the others; the browser lane still comes last in a process.
 LANES_IN_PROCESSES = ("spark", "unit", "broker", "lab", "browser")
 LANE_BY_NAME = (   # module name prefix -> lane, first match wins
@@ -25,6 +25,9 @@ LANE_BY_NAME = (   # module name prefix -> lane, first match wins
     ("test_lag_fresh.py", "spark"), ("test_lag_job.py", "spark"), ("test_lag_spark_", "spark"),
     ("test_lag_stream.py", "spark"),
 )
+
+
+SPARK_SERVERS = "test_lag_spark_"   # the spark lane's modules that start their own Spark servers
 
 
 def lane_by_name(file_name: str) -> str:
@@ -49,16 +52,20 @@ def pytest_itemcollected(item):
 
 def pytest_xdist_make_scheduler(config, log):
     """``make test``'s test processes (pytest-xdist) take whole work units in lane order: a
-    module (its module fixtures - brokers, labs, servers - are made once), except the whole
-    spark lane, which is one unit: JVMs side by side on two cores slow each other past
-    their deadlines. Grouped here from the test ids, as xdist's own ``loadgroup`` can no
-    longer rename them (pytest 9.2)."""
+    module (its module fixtures - brokers, labs, servers - are made once), except the spark
+    lane, which is two: the Spark servers' module (Connect, a standalone cluster) and the
+    local-session modules together - more JVMs side by side on two cores slow each other
+    past their deadlines. Grouped here from the test ids, as xdist's own ``loadgroup`` can
+    no longer rename them (pytest 9.2)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class LaneScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "spark lane" if lane_by_name(path.rsplit("/", 1)[-1]) == "spark" else path
+            name = path.rsplit("/", 1)[-1]
+            if lane_by_name(name) != "spark":
+                return path
+            return "spark servers" if name.startswith(SPARK_SERVERS) else "spark lane"
 
     config.option.loadscopereorder = False   # lane order, not the biggest unit first
     return LaneScheduling(config, log)
