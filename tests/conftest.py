@@ -74,10 +74,10 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(trylast=True)   # after pytest-django's database ordering, which splits modules
 def pytest_collection_modifyitems(config, items):
     """Lane order (the spark lane first with test processes); a module's tests together (its
-    module fixtures are made once), in the order pytest-django left them. TEST_ORDER=reversed runs each module's tests last to
-    first: tests must not lean on what an earlier test left behind (module fixtures are
-    shared, their state is not); CI runs the modules that share a running lab that way too
-    (.ci/run)."""
+    module fixtures are made once), in the order pytest-django left them.
+    TEST_ORDER=reversed runs each module's tests last to first: tests must not lean on what
+    an earlier test left behind (module fixtures are shared, their state is not); CI runs
+    the modules that share a running lab that way too (.ci/run)."""
     modules = [item.getparent(pytest.Module) for item in items]
     first_seen = {module: i for i, module in reversed(list(enumerate(modules)))}
     lanes = LANES_IN_PROCESSES if os.environ.get("PYTEST_XDIST_WORKER") else LANES

@@ -159,10 +159,10 @@ class LagService:
     def wait_for_recordings(self) -> None:
         """Until a new snapshot slice is written, ``period_s`` has passed, or a stop; never
         before the CPU budget allows the next pass."""
-        seen, deadline = self._watched(), time.monotonic() + self.period_s
+        seen, deadline = self._watched(), self.clock() + self.period_s
         if self.stopping.wait(max(0.0, self._not_before - self.clock())):
             return
-        while self._watched() == seen and time.monotonic() < deadline:
+        while self._watched() == seen and self.clock() < deadline:
             if self.stopping.wait(self.watch_s):
                 return
 
