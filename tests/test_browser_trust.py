@@ -220,13 +220,22 @@ def test_history_labels_never_overprint_and_its_freshness_is_one_story(page):
     now_ms = page.evaluate("Date.now()")
     open_history(page, {"state": "running", "paused": None, "newest_sample_ts": now_ms - 5_000})
     for chart in ("#chart-queue-lag", "#chart-group-lag"):
-        labels = boxes(page, f"{chart} .annotation")
+        # The page redraws a chart when its data refreshes, and Plotly lays annotations out
+        # after drawing them (0x0 until then): the labels and the plot are measured in one
+        # go, at a moment every label has its size.
+        measured = page.wait_for_function("""(chart) => {
+            const box = (e) => { const r = e.getBoundingClientRect();
+                                 return {x: r.left, y: r.top, width: r.width, height: r.height, text: e.textContent}; };
+            const labels = [...document.querySelectorAll(chart + ' .annotation')].map(box);
+            const plot = document.querySelector(chart + ' .main-svg');
+            return labels.length > 0 && plot && labels.every((l) => l.width > 0) ? {labels, plot: box(plot)} : null;
+        }""", arg=chart, timeout=20_000).json_value()
+        labels, plot = measured["labels"], measured["plot"]
         texts = [label["text"] for label in labels]
         assert any(t.startswith("kill c4 +") or t.startswith("rebalance") for t in texts), texts
         assert "strategy AVG_BY_CIRCLE" in texts, texts
         clashes = [(a["text"], b["text"]) for i, a in enumerate(labels) for b in labels[i + 1:] if overlap(a, b)]
         assert not clashes, f"{chart}: labels overprint each other: {clashes}"
-        plot = page.locator(f"{chart} .main-svg").first.bounding_box()
         assert all(inside(label, plot) for label in labels), labels
     # The status chart's queue labels are whole, inside the chart (TopicOther@broker-b:3).
     status = page.locator("#chart-status .main-svg").first.bounding_box()
