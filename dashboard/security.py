@@ -2,6 +2,7 @@
 Policy, and the websocket's same-origin check (scheme, host and port, not host alone)."""
 from urllib.parse import urlsplit
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import validate_host
@@ -17,13 +18,31 @@ REPORT_POLICY = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; 
 
 
 class ContentSecurityPolicyMiddleware:
-    """Adds PAGE_POLICY to every HTML answer that did not set a policy of its own."""
+    """Adds PAGE_POLICY to every HTML answer that did not set a policy of its own.
+
+    Sync and async capable, like Django's own: a sync-only middleware makes Django run the
+    whole chain in a thread per request and reach the (async) API views back through
+    AsyncToSync - a thread hop each way, and a request in flight at shutdown left its thread
+    waiting forever on the stopped loop, which held runlab's exit until it was killed."""
+
+    sync_capable = True
+    async_capable = True
 
     def __init__(self, get_response):
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
 
     def __call__(self, request):
-        response = self.get_response(request)
+        if iscoroutinefunction(self):
+            return self._acall(request)
+        return self._with_policy(self.get_response(request))
+
+    async def _acall(self, request):
+        return self._with_policy(await self.get_response(request))
+
+    @staticmethod
+    def _with_policy(response):
         if response.get("Content-Type", "").startswith("text/html"):
             response.headers.setdefault("Content-Security-Policy", PAGE_POLICY)
         return response
