@@ -133,8 +133,10 @@ async def test_a_kill_of_each_is_measured_and_its_duplicates_are_the_members_own
     async def kill_moves():
         records = [r for r in view(lab)["handoffs"]["rebalances"] if r["end_ts"] >= killed_at]
         details = [await bus.request("rebalance", group=GROUP, rebalance_id=r["id"]) for r in records]
-        moves = seen["moves"] = [m for d in details for m in d["moves"]
-                                 if m["from"] == [victim] and m["added_ts"] >= killed_at]
+        kills = [(d, [m for m in d["moves"] if m["from"] == [victim] and m["added_ts"] >= killed_at])
+                 for d in details]
+        seen["details"] = [d for d, moves in kills if moves]   # the records holding the kill's moves
+        moves = seen["moves"] = [m for _, moves in kills for m in moves]
         return moves
 
     async def counts_agree():
@@ -152,3 +154,4 @@ async def test_a_kill_of_each_is_measured_and_its_duplicates_are_the_members_own
     except AssertionError as exc:
         raise AssertionError(f"{exc}: held {held}, the lab's moves {seen.get('moves')}, "
                              f"records' {seen.get('ours')}") from None
+    assert all(d["unmeasured"] == 0 for d in seen["details"]), seen["details"]

@@ -99,8 +99,8 @@ def aggregate_samples(snapshots, shuffle: bool = True):
     )
     # Every struct field nullable (``lag`` is not, as computed): the stream reads its state
     # back through Arrow, which rejects a non-nullable field under a null struct.
-    last = F.col("last").cast("struct<ts:bigint,broker_min_offset:bigint,broker_max_offset:bigint,"
-                              "consumer_offset:bigint,lag:bigint,owner:string,time_lag:bigint>")
+    last_type = ",".join(f"{c}:{'string' if c == 'owner' else 'bigint'}" for c in ["ts", *last_fields])
+    last = F.col("last").cast(f"struct<{last_type}>")
     queue = queue.select(F.lit("q").alias("_kind"), *QUEUE_KEYS, "ws", last.alias("last"), "first",
                          "max_lag", "sum_lag", "samples", "lags", "max_time_lag_ms")
     committed = F.when(F.col("consumer_offset") >= 0, F.col("consumer_offset"))
