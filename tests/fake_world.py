@@ -414,7 +414,7 @@ class InProcessLink:
         self.pid = 0
         self.connected = True
 
-    async def command(self, name: str, timeout: float = 30.0, **params) -> dict:
+    async def command(self, name: str, timeout: float = 30.0, on_result=None, **params) -> dict:
         if not self.connected:
             raise WorkerError(f"worker {self.worker_id} is gone")
         handler = getattr(self.worker, f"do_{name}", None)
@@ -426,7 +426,10 @@ class InProcessLink:
             raise WorkerError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - as a worker reports any failure
             raise WorkerError(f"{type(exc).__name__}: {exc}") from None
-        return json.loads(json.dumps(result, default=str))
+        result = json.loads(json.dumps(result, default=str))
+        if on_result is not None:
+            on_result(result)
+        return result
 
 
 class FakeWorkers:

@@ -44,14 +44,19 @@ class WorkerLink:
         self.pid = pid
         self.connected = True
         self._outbox: asyncio.Queue[pb.ControllerCommand | None] = asyncio.Queue()
-        self._pending: dict[int, asyncio.Future] = {}
+        self._pending: dict[int, tuple[asyncio.Future, Callable | None]] = {}   # id -> (answer, on_result)
         self._ids = itertools.count(1)
 
-    async def command(self, name: str, timeout: float = COMMAND_TIMEOUT, **params) -> dict:
+    async def command(self, name: str, timeout: float = COMMAND_TIMEOUT, on_result=None, **params) -> dict:
+        """Send one command and await its answer. ``on_result(answer)`` runs when the answer
+        is read, in stream order: before any event the worker sent after it is applied.
+        (The awaiting caller resumes later, after the reader may have applied newer events:
+        a snapshot in the answer applied then would undo them.)"""
         if not self.connected:
             raise WorkerError(f"worker {self.worker_id} is gone")
         command_id = next(self._ids)
-        reply = self._pending[command_id] = asyncio.get_running_loop().create_future()
+        reply = asyncio.get_running_loop().create_future()
+        self._pending[command_id] = (reply, on_result)
         self._outbox.put_nowait(pb.ControllerCommand(id=command_id, action=name, params_json=json.dumps(params)))
         try:
             return await asyncio.wait_for(reply, timeout)
@@ -61,18 +66,25 @@ class WorkerLink:
             self._pending.pop(command_id, None)
 
     def _replied(self, reply: pb.CommandReply) -> None:
-        future = self._pending.get(reply.id)
+        future, on_result = self._pending.get(reply.id, (None, None))
         if future is None or future.done():
             return
         if reply.error:
             future.set_exception(WorkerError(reply.error))
+            return
+        result = json.loads(reply.result_json or "{}")
+        try:
+            if on_result is not None:
+                on_result(result)
+        except Exception as exc:  # noqa: BLE001 - the caller hears of it, the stream goes on
+            future.set_exception(exc)
         else:
-            future.set_result(json.loads(reply.result_json or "{}"))
+            future.set_result(result)
 
     def _disconnected(self) -> None:
         self.connected = False
         self._outbox.put_nowait(None)
-        for future in self._pending.values():
+        for future, _ in self._pending.values():
             if not future.done():
                 future.set_exception(WorkerError(f"worker {self.worker_id} is gone"))
 

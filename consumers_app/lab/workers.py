@@ -14,10 +14,13 @@ class WorkerPlacement:
         if link is None:
             raise WorkerError(f"{host_id} has no worker")
         id_param = "client_id" if command == "consumer" else "producer_id"
-        reply = await link.command(command, **{id_param: host_id}, **params)
+        return await link.command(command, on_result=self._apply_reply_snapshot, **{id_param: host_id}, **params)
+
+    def _apply_reply_snapshot(self, reply: dict) -> None:
+        """A consumer's snapshot in a worker's answer, applied in stream order (WorkerLink.command):
+        the events it sent after that answer are newer and must not be undone by it."""
         if "snapshot" in reply:
             self.state.apply_client_snapshot(reply["snapshot"])
-        return reply
 
     async def _pick_worker(self) -> WorkerLink:
         """The live worker hosting the fewest clients; a new one while the pool is short."""
@@ -36,16 +39,20 @@ class WorkerPlacement:
         link = await self._pick_worker()
         proposed = f"c{next(self._client_numbers)}"
         self._hosts[proposed] = link   # counted as load at once, so concurrent starts spread out
+
+        def added(reply: dict) -> None:   # in stream order, as _apply_reply_snapshot
+            self.state.add_client(reply["client_id"], group.name, group.mode, link.worker_id).status = "running"
+            self.state.apply_client_snapshot(reply["snapshot"])
+
         try:
             reply = await link.command(
-                "add_consumer", mode=group.mode, group=group.name, topic=group.topic, strategy=group.strategy,
-                broker=self.broker_address, client_id=proposed, options=self.client_options.get(group.mode, {}))
+                "add_consumer", on_result=added, mode=group.mode, group=group.name, topic=group.topic,
+                strategy=group.strategy, broker=self.broker_address, client_id=proposed,
+                options=self.client_options.get(group.mode, {}))
         finally:
             del self._hosts[proposed]
         client_id = reply["client_id"]
         self._hosts[client_id] = link
-        self.state.add_client(client_id, group.name, group.mode, link.worker_id).status = "running"
-        self.state.apply_client_snapshot(reply["snapshot"])
         return client_id
 
 
