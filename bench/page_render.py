@@ -282,7 +282,7 @@ class RealLab:
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        self.process.send_signal(signal.SIGINT)
+        self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(60)
         except subprocess.TimeoutExpired:

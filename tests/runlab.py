@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -94,9 +95,15 @@ class Server:
         return found.strip()
 
     def stop(self) -> int:
+        # SIGTERM, not SIGINT: a suite started in the background (nohup, `&` without job
+        # control) hands its children SIGINT ignored, and runlab keeps it so, as it should.
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-        return self.process.wait(60)
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()   # a stuck lab fails its test, but leaves nothing running
+            raise
 
 
 def logged_in(url: str) -> urllib.request.OpenerDirector:

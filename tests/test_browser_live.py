@@ -63,7 +63,7 @@ def lab_url(tmp_path_factory):
         yield found
     finally:
         if process.poll() is None:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(signal.SIGTERM)   # SIGINT may be ignored (a background suite)
         try:
             process.wait(60)
         except Exception:  # noqa: BLE001 - a stuck lab must not hang the suite
