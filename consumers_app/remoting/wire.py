@@ -102,8 +102,9 @@ def encode_message(*, body: bytes, topic: str, queue_id: int, queue_offset: int,
 
 def message_records(raw: bytes):
     """Each message of a pull answer's body as read off the wire, without building more:
-    (the fixed fields as ``_MESSAGE_FIXED`` unpacks them, body, topic, properties text),
-    a compressed body (sysFlag bit 0) inflated."""
+    (the fixed fields as ``_MESSAGE_FIXED`` unpacks them, body, topic, properties), topic and
+    properties as their bytes (decoded by who needs them), a compressed body (sysFlag bit 0)
+    inflated."""
     raw = bytes(raw)
     unpack, fixed_size, pos, end = _MESSAGE_FIXED.unpack_from, _MESSAGE_FIXED.size, 0, len(raw)
     while pos < end:
@@ -114,10 +115,10 @@ def message_records(raw: bytes):
         body = raw[at:at + fixed[16]]
         at += fixed[16]
         topic_len = raw[at]
-        topic = raw[at + 1:at + 1 + topic_len].decode()
+        topic = raw[at + 1:at + 1 + topic_len]
         at += 1 + topic_len
         props_len = int.from_bytes(raw[at:at + 2], "big", signed=True)
-        props = raw[at + 2:at + 2 + props_len].decode()
+        props = raw[at + 2:at + 2 + props_len]
         if fixed[7] & COMPRESSED_FLAG:
             body = zlib.decompress(body)
         yield fixed, body, topic, props
@@ -131,11 +132,11 @@ def decode_messages(raw: bytes) -> list[dict]:
     for fixed, body, topic, props in message_records(raw):
         (_size, _magic, _crc, queue_id, flag, queue_offset, commit_log_offset, sys_flag, born_ts, born_ip, born_port,
          store_ts, store_ip, store_port, reconsume, _prepared, _body_len) = fixed
-        out.append({"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "flag": flag,
+        out.append({"topic": topic.decode(), "queue_id": queue_id, "queue_offset": queue_offset, "flag": flag,
                     "commit_log_offset": commit_log_offset, "sys_flag": sys_flag, "born_ts": born_ts,
                     "born_host": f"{socket.inet_ntoa(born_ip)}:{born_port}", "store_ts": store_ts,
                     "store_host": f"{socket.inet_ntoa(store_ip)}:{store_port}", "reconsume_times": reconsume,
-                    "body": body, "properties": string_to_properties(props)})
+                    "body": body, "properties": string_to_properties(props.decode())})
     return out
 
 
