@@ -99,11 +99,13 @@ def main() -> None:
             # Polled every ``--poll`` s (not once a slice: a poll locked to the slices' phase
             # would see the same age every time); a line per 10 s with the worst age in it.
             ages, bad, last_cpu, last_at, shown = [], 0, start_cpu, start_at, []
+            landings: dict[int, tuple[float, float]] = {}   # pass finished -> (s after its window's end, wall s)
             at = start_at
             while at <= start_at + args.seconds:
                 time.sleep(max(0.0, at - time.monotonic()))  # noqa: sleep-ok - a bench paces its polls
                 status, _, age = newest_complete_window(browser, port)
                 now = time.monotonic()
+                note_pass(service_status, landings)
                 if status != 200 or age is None:
                     bad += 1
                     print(f"  t={now - running:5.0f} s: answer {status}, no complete window", flush=True)
@@ -122,6 +124,14 @@ def main() -> None:
             spent, folded = tree_cpu_seconds(pid) - start_cpu, passes(service_status) - start_passes
             total = 100 * spent / (time.monotonic() - start_at)
             print(f"{folded} passes: {spent / max(folded, 1):.2f} s of CPU a pass (idle JVM included)", flush=True)
+            if landings:
+                late = sorted(x for x, _ in landings.values())
+                walls = sorted(w for _, w in landings.values())
+                print(f"{len(late)} passes seen: each finished {late[0]:+.2f} / {late[len(late) // 2]:+.2f} / "
+                      f"{late[-1]:+.2f} s (min / median / max) from the end of the window it completed, "
+                      f"in {walls[0]:.2f} / {walls[len(walls) // 2]:.2f} / {walls[-1]:.2f} s of wall time "
+                      f"(a window is served only once its pass finishes: after its end means a poll "
+                      f"just before sees the previous one, > 10 s old)", flush=True)
             target = 25 if args.size == "64x256" else 10
             print(f"lag service ({args.size}): {total:.1f} % of one core on average over "
                   f"{time.monotonic() - start_at:.0f} s (target <= {target} %); newest complete window "
@@ -130,6 +140,20 @@ def main() -> None:
                   f"(target <= 10 s, none); load average {os.getloadavg()[0]:.1f}")
         finally:
             lab.stop()
+
+
+def note_pass(status_file: Path, landings: dict) -> None:
+    """The service's last pass, once: when it finished relative to the 10-s grid (the end of
+    the window whose slice it folded in: -0.3 is 0.3 s before that end) and its wall time."""
+    try:
+        last = json.loads(status_file.read_text()).get("last_pass") or {}
+    except (OSError, ValueError):
+        return
+    finished = last.get("finished_ms")
+    if not finished or finished in landings:
+        return
+    offset = finished / 1000 % 10
+    landings[finished] = (offset if offset < 5 else offset - 10, float(last.get("seconds") or 0))
 
 
 def passes(status_file: Path) -> int:

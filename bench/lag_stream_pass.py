@@ -36,6 +36,9 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=6, help="passes not counted in the summary")
     parser.add_argument("--queues", type=int, default=0, help="synthetic slices of this many queues")
     parser.add_argument("--consumers", type=int, default=64, help="members owning the synthetic queues")
+    parser.add_argument("--lab-events", action="store_true",
+                        help="with --queues: also the events a real lab of that size records (every "
+                             "member's periodic rebalance each 20 s, ProcessQueue figures)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark SQL setting to try on top of the service's (repeatable)")
     args = parser.parse_args()
@@ -73,7 +76,7 @@ def main() -> int:
         with Recorder(data / "recordings") as recorder:
             for i in range(args.slices):
                 if args.queues:
-                    record_synthetic(recorder, 10 * i, args.queues, args.consumers)
+                    record_synthetic(recorder, 10 * i, args.queues, args.consumers, args.lab_events)
                 else:
                     record_slice(recorder, 10 * i, 10 * i + 10, late)
                 for t in range(10 * i, 10 * i + 10):   # as in the lab: events no table is made of
@@ -98,9 +101,13 @@ def main() -> int:
     return 0
 
 
-def record_synthetic(recorder, first: int, queues: int, consumers: int) -> None:
+def record_synthetic(recorder, first: int, queues: int, consumers: int, lab_events: bool = False) -> None:
     """Seconds [first, first + 10) of a lab with ``queues`` queues over two brokers: 10 msgs/s
-    a queue, commits every 5 s; at +5 s one member's rebalance hands two queues to the next."""
+    a queue, commits every 5 s; at +5 s one member's rebalance hands two queues to the next.
+    ``lab_events``: also what the real lab records at that size besides (runlab at 64 x 256,
+    2026-11-28: ~14 rebalance events, ~21 hand-offs and ~36 ProcessQueue events a second while
+    it grew, then fewer): each member's periodic rebalance every 20 s (a row of the
+    rebalances table each, moving nothing) and a ProcessQueue event per member per second."""
     from consumers_app.events import event_from_dict
     from tests import lag_scenario as scenario
 
@@ -122,6 +129,21 @@ def record_synthetic(recorder, first: int, queues: int, consumers: int) -> None:
                          "cached_count": mx - co, "cached_bytes": (mx - co) * 100, "inflight": 0,
                          "oldest_unconsumed_store_ts": ts - 2000})
         recorder.add_snapshot(rows)
+        if lab_events:
+            for m in range(consumers):
+                client = f"c{m}"
+                if m % 20 == t % 20:   # its periodic rebalance: start and end, nothing moved
+                    for e in ({"ts": ts + 10, "type": "rebalance", "group": scenario.GROUP, "client_id": client,
+                               "phase": "start", "reason": "periodic"},
+                              {"ts": ts + 12, "type": "rebalance", "group": scenario.GROUP, "client_id": client,
+                               "phase": "end", "reason": "periodic", "duration_ms": 2.1, "added": [],
+                               "removed": []}):
+                        recorder.add_event(event_from_dict(e))
+                q = (m + t) % queues
+                recorder.add_event(event_from_dict({
+                    "ts": ts + 20, "type": "pq", "group": scenario.GROUP, "client_id": client,
+                    "topic": scenario.TOPIC, "queue": f"broker-{'ab'[q % 2]}:{q // 2}", "cached_count": 3,
+                    "cached_bytes": 300, "span": 3, "inflight": 0}))
         if t == first + 5:
             labels = [f"broker-{'ab'[q % 2]}:{q // 2}" for q in moved]
             taker = f"c{(mover + 1) % consumers}"

@@ -22,7 +22,8 @@ a back-off doubling from ``period_s`` up to ``max_backoff_s``, and the status sa
 The status is ``DATA_DIR/lag/_service.json`` (the history page reads it)::
 
     {"state": "running"|"paused"|"stopped", "pid": 1234, "paused": "reason"|null,
-     "passes": 12, "last_pass": {"finished": "...Z", "seconds": 2.1, "new_files": 4, "state": "done"},
+     "passes": 12, "last_pass": {"finished": "...Z", "finished_ms": 1767265381200, "seconds": 2.1,
+                                 "new_files": 4, "state": "done"},
      "cpu_pct": 3.1, "newest_sample_ts": 1767265380300}
 
 ``cpu_pct`` is what the service costs: its process and its JVM, in % of one core over the
@@ -178,7 +179,8 @@ class LagService:
         resumed = self.status["state"] == "paused"
         newest = (self.job.load_state().get("stream") or {}).get("newest")
         self._write(state="running", paused=None, passes=self.status["passes"] + 1,
-                    last_pass={"finished": utc_now_iso(), "seconds": result.seconds, "new_files": result.new_files,
+                    last_pass={"finished": utc_now_iso(), "finished_ms": int(time.time() * 1000),
+                               "seconds": result.seconds, "new_files": result.new_files,
                                "state": result.state},
                     cpu_pct=self.cpu.sample(), newest_sample_ts=newest or self.status["newest_sample_ts"])
         if resumed:
