@@ -130,6 +130,19 @@ def test_membership_sets_the_brokers_view_and_logs_the_brokers_changes():
     assert [e["joined"] for e in group["membership_log"]] == [["c10"]]
 
 
+def test_faults_and_skipped_messages_are_kept_for_a_page_opened_later():
+    state = lab_with_group()
+    state.apply(ev("fault", "GID_LAB", "", fault="strategy", strategy="AVG_BY_CIRCLE", clients=["c1", "c2", "c3"]))
+    state.apply(ev("fault", "GID_LAB", "c2", fault="hang"))
+    state.apply(ev("offset_moved", "GID_LAB", "c1", topic="TopicTest", queue="broker-a:0", from_offset=3,
+                   to_offset=3, skipped=0))   # a correction that skips nothing is no line
+    state.apply(ev("offset_moved", "GID_LAB", "c1", topic="TopicTest", queue="broker-a:0", from_offset=3,
+                   to_offset=10, skipped=7))
+    log = state.snapshot()["groups"]["GID_LAB"]["fault_log"]
+    assert [(e["type"], e["client_id"], e.get("fault") or e.get("skipped")) for e in log] == [
+        ("fault", "", "strategy"), ("fault", "c2", "hang"), ("offset_moved", "c1", 7)]
+
+
 def test_drain_keeps_the_latest_figures_and_every_story_event():
     state = lab_with_group()
     for count in (1, 2, 3):

@@ -113,6 +113,9 @@ class GroupState:
     empty_since: float | None = None   # loop time since when nobody is in it
     observed: bool = False             # watched on the cluster, not started by the lab (read-only)
     membership_log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
+    # The other lines of the page's "Membership & faults" log: faults (strategy switches
+    # included) and skipped messages, so a page opened later shows what one open then did.
+    fault_log: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     flow_control: deque = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
     # What each rebalance did to messages: hand-offs, gaps, overlaps, duplicates (handoff.py).
     handoffs: GroupHandoffs = field(default_factory=GroupHandoffs)
@@ -290,12 +293,14 @@ class LabState:
             if event.queue is not None and event.skipped:
                 label = event.queue.label
                 group.skipped[label] = group.skipped.get(label, 0) + event.skipped
+                group.fault_log.append(event)
         elif isinstance(event, RouteEvent):
             group.route_seen[client_id] = event.ts
             change = group.route_change
             if change is not None and client_id not in change["noticed"] and event.ts >= change["ts"]:
                 change["noticed"][client_id] = event.ts - change["ts"]
         elif isinstance(event, FaultEvent):
+            group.fault_log.append(event)
             client = self.clients.get(client_id)
             if client is not None:
                 self._apply_fault(client, event)
@@ -461,6 +466,7 @@ class LabState:
             "route_change": group.route_change and {**group.route_change,
                                                     "noticed": dict(group.route_change["noticed"])},
             "membership_log": [e.to_dict() for e in group.membership_log],
+            "fault_log": [e.to_dict() for e in group.fault_log],
             "flow_control": [e.to_dict() for e in group.flow_control],
         }
 

@@ -71,6 +71,7 @@ export function applySnapshot(lab, snap, now = Date.now()) {
   for (const [name, g] of Object.entries(snap.groups || {})) {
     groups[name] = groupFrom(name, g, lab.groups[name]);
     for (const e of g.membership_log || []) logEvent(lab, { ...e, type: e.type || "membership", group: e.group || name });
+    for (const e of g.fault_log || []) logEvent(lab, { ...e, group: e.group || name });
     for (const e of g.flow_control || []) flowEvent(lab, { ...e, type: "flow_control", group: e.group || name }, now);
   }
   lab.groups = groups;

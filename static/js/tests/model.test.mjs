@@ -69,6 +69,18 @@ test("a fault event is logged; the consumer's status changes only with the serve
   assert.deepEqual(lab.groups.GID.assignments, { c1: ["a:0"] });
 });
 
+test("a page opened later logs the faults the server kept, once with the live event", () => {
+  const lab = createLab();
+  const switched = { ts: NOW - 5, type: "fault", group: "GID", client_id: "", fault: "strategy", strategy: "AVG_BY_CIRCLE" };
+  const snap = snapshot();
+  snap.groups.GID.fault_log = [switched, { ts: NOW - 4, type: "offset_moved", group: "GID", client_id: "c1", queue: "a:0", skipped: 5 }];
+  applySnapshot(lab, snap, NOW);
+  assert.deepEqual(lab.log.map((e) => e.type), ["membership", "fault", "offset_moved"]);
+  applyEvent(lab, { ...switched }, NOW + 1);   // the same switch, live: still one line
+  applySnapshot(lab, snap, NOW + 1000);
+  assert.equal(lab.log.filter((e) => e.type === "fault").length, 1);
+});
+
 test("a membership event is logged and leaves the assignments as the server has them", () => {
   const lab = createLab();
   applySnapshot(lab, snapshot(), NOW);
