@@ -89,14 +89,26 @@ def encode_message(*, body: bytes, topic: str, queue_id: int, queue_offset: int,
                    born_ts: int, born_host: tuple[str, int], store_ts: int, store_host: tuple[str, int],
                    reconsume_times: int, properties: dict, sys_flag: int = 0, flag: int = 0) -> bytes:
     """One message as MessageDecoder.decode reads it (the store's on-disk record)."""
-    topic_raw = topic.encode()
-    props_raw = properties_to_string(properties).encode()
+    return encode_record(body, topic.encode(), queue_id, queue_offset, commit_log_offset, born_ts,
+                         ipv4(born_host[0]), born_host[1], store_ts, ipv4(store_host[0]), store_host[1],
+                         reconsume_times, properties_to_string(properties).encode(), sys_flag, flag)
+
+
+_TOPIC_LEN = [bytes([n]) for n in range(256)]   # a topic's length: one byte
+_PROPS_LEN = struct.Struct(">h")
+
+
+def encode_record(body: bytes, topic_raw: bytes, queue_id: int, queue_offset: int, commit_log_offset: int,
+                  born_ts: int, born_ip: bytes, born_port: int, store_ts: int, store_ip: bytes, store_port: int,
+                  reconsume_times: int, props_raw: bytes, sys_flag: int = 0, flag: int = 0) -> bytes:
+    """``encode_message`` with its texts already bytes and its hosts already packed: a pull
+    answer encodes every message it carries (the broker's hot path)."""
     size = _MESSAGE_FIXED.size + len(body) + 1 + len(topic_raw) + 2 + len(props_raw)
     return b"".join((
         _MESSAGE_FIXED.pack(size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
-                            commit_log_offset, sys_flag, born_ts, ipv4(born_host[0]), born_host[1], store_ts,
-                            ipv4(store_host[0]), store_host[1], reconsume_times, 0, len(body)),
-        body, len(topic_raw).to_bytes(1, "big"), topic_raw, len(props_raw).to_bytes(2, "big", signed=True), props_raw,
+                            commit_log_offset, sys_flag, born_ts, born_ip, born_port, store_ts,
+                            store_ip, store_port, reconsume_times, 0, len(body)),
+        body, _TOPIC_LEN[len(topic_raw)], topic_raw, _PROPS_LEN.pack(len(props_raw)), props_raw,
     ))
 
 

@@ -26,7 +26,10 @@ P_TAGS, P_KEYS, P_UNIQ_KEY, P_DELAY = wire.P_TAGS, wire.P_KEYS, wire.P_UNIQ_KEY,
 P_WAIT, P_MAX_RECONSUME = wire.P_WAIT, wire.P_MAX_RECONSUME
 # The broker's own properties a pulled message still carries (where a retried one came from).
 _SYSTEM_PROPS_SENT = (M.P_RETRY_TOPIC, M.P_ORIGIN_MSG_ID)
-_born_hosts: dict[str, tuple[str, int]] = {}   # BORN_HOST value -> (host, port): few distinct ones
+# Stored properties a pull answer leaves out: the other system ones, and those it sets itself.
+_NOT_SENT = (M.SYSTEM_PROPS - frozenset(_SYSTEM_PROPS_SENT)) | {P_TAGS, P_KEYS, P_UNIQ_KEY}
+NV, SEP = wire.NAME_VALUE, wire.PROPERTY_SEP
+_born_hosts: dict[str, tuple[bytes, int]] = {}   # BORN_HOST value -> (packed ip, port): few distinct ones
 
 
 class BrokerRequests:
@@ -167,6 +170,7 @@ class BrokerRequests:
         tags = None if tag_filter is None else tag_filter[1]
         suspend = cmd.number("suspendTimeoutMillis", 0) if sys_flag & wire.PULL_SUSPEND else 0
         store_host = self.service.store_host(self.broker)
+        store_ip, store_port = wire.ipv4(store_host[0]), store_host[1]
         parts: list[bytes] = []
 
         def fill(offset, raw) -> bool:
@@ -174,7 +178,7 @@ class BrokerRequests:
             if tags is not None and msg.tag not in tags:
                 return False
             # The commit-log offset: what a send-back (CONSUMER_SEND_MSG_BACK) names it by.
-            parts.append(self._encode(msg, self.core.store.queue(key).phys[offset], store_host))
+            parts.append(self._encode(msg, self.core.store.queue(key).phys[offset], store_ip, store_port))
             return True
 
         status, nxt, lo, hi = await self.core.pull(group, key, cmd.number("queueOffset"),
@@ -187,29 +191,32 @@ class BrokerRequests:
         return response(cmd, code, None if code == wire.SUCCESS else "pull status " + lab.PullStatus.Name(status),
                         ext, b"".join(parts))
 
-    def _encode(self, msg: lab.LabMessage, phys: int, store_host) -> bytes:
+    def _encode(self, msg: lab.LabMessage, phys: int, store_ip: bytes, store_port: int) -> bytes:
+        """A stored message as a pull answer carries it: the stored properties a client sees,
+        then TAGS, KEYS, UNIQ_KEY and the message group (send takes those out of the stored
+        map, so they are only ever added here); the text built at once, not through a dict."""
         stored = msg.properties   # upb map: keys and [] cost half what items() does
-        props = {k: stored[k] for k in stored if k not in M.SYSTEM_PROPS or k in _SYSTEM_PROPS_SENT}
+        text = [f"{k}{NV}{stored[k]}{SEP}" for k in stored if k not in _NOT_SENT]
         if msg.tag:
-            props[P_TAGS] = msg.tag
-        if msg.keys:
-            props[P_KEYS] = " ".join(msg.keys)
-        props[P_UNIQ_KEY] = msg.message_id
+            text.append(f"{P_TAGS}{NV}{msg.tag}{SEP}")
+        keys = msg.keys
+        if keys:
+            text.append(f"{P_KEYS}{NV}{' '.join(keys)}{SEP}")
+        text.append(f"{P_UNIQ_KEY}{NV}{msg.message_id}{SEP}")
         group = stored.get(M.P_MESSAGE_GROUP)
         if group:
-            props[M.P_MESSAGE_GROUP] = group
+            text.append(f"{M.P_MESSAGE_GROUP}{NV}{group}{SEP}")
         born = stored.get(M.P_BORN_HOST, "127.0.0.1:0")
         born_host = _born_hosts.get(born)
         if born_host is None:
             host, _, port = born.rpartition(":")
-            born_host = (host or born, int(port) if port.isdigit() else 0)
+            born_host = (wire.ipv4(host or born), int(port) if port.isdigit() else 0)
             if len(_born_hosts) < 4096:
                 _born_hosts[born] = born_host
         queue = msg.queue
-        return wire.encode_message(
-            body=msg.body, topic=queue.topic, queue_id=queue.queue_id, queue_offset=msg.queue_offset,
-            commit_log_offset=phys, born_ts=msg.born_ts, born_host=born_host,
-            store_ts=msg.store_ts, store_host=store_host, reconsume_times=msg.reconsume_times, properties=props)
+        return wire.encode_record(
+            msg.body, queue.topic.encode(), queue.queue_id, msg.queue_offset, phys, msg.born_ts, born_host[0],
+            born_host[1], msg.store_ts, store_ip, store_port, msg.reconsume_times, "".join(text).encode())
 
     # ------------------------------------------------------------------ offsets
 
