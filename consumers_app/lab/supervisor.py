@@ -92,7 +92,8 @@ class WorkerLink:
 class WorkerPool(Protocol):
     """Where the controller's clients run. Made with ``on_events(link, events)`` and
     ``on_lost(link)``; each link has ``worker_id``, ``connected`` and ``await command(name,
-    **params)`` as WorkerLink has (a refusal or a gone worker is a WorkerError)."""
+    on_result=None, **params)`` as WorkerLink has (a refusal or a gone worker is a WorkerError;
+    ``on_result`` sees the answer before any event the worker sent after it)."""
     links: dict[str, WorkerLink]   # worker id -> its link, while connected
 
     async def start(self) -> None: ...

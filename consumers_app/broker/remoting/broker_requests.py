@@ -28,7 +28,7 @@ P_WAIT, P_MAX_RECONSUME = wire.P_WAIT, wire.P_MAX_RECONSUME
 _SYSTEM_PROPS_SENT = (M.P_RETRY_TOPIC, M.P_ORIGIN_MSG_ID)
 # Stored properties a pull answer leaves out: the other system ones, and those it sets itself.
 _NOT_SENT = (M.SYSTEM_PROPS - frozenset(_SYSTEM_PROPS_SENT)) | {P_TAGS, P_KEYS, P_UNIQ_KEY}
-NV, SEP = wire.NAME_VALUE, wire.PROPERTY_SEP
+_NV, _SEP = wire.NAME_VALUE, wire.PROPERTY_SEP
 _born_hosts: dict[str, tuple[bytes, int]] = {}   # BORN_HOST value -> (packed ip, port): few distinct ones
 
 
@@ -196,16 +196,16 @@ class BrokerRequests:
         then TAGS, KEYS, UNIQ_KEY and the message group (send takes those out of the stored
         map, so they are only ever added here); the text built at once, not through a dict."""
         stored = msg.properties   # upb map: keys and [] cost half what items() does
-        text = [f"{k}{NV}{stored[k]}{SEP}" for k in stored if k not in _NOT_SENT]
+        text = [f"{k}{_NV}{stored[k]}{_SEP}" for k in stored if k not in _NOT_SENT]
         if msg.tag:
-            text.append(f"{P_TAGS}{NV}{msg.tag}{SEP}")
+            text.append(f"{P_TAGS}{_NV}{msg.tag}{_SEP}")
         keys = msg.keys
         if keys:
-            text.append(f"{P_KEYS}{NV}{' '.join(keys)}{SEP}")
-        text.append(f"{P_UNIQ_KEY}{NV}{msg.message_id}{SEP}")
+            text.append(f"{P_KEYS}{_NV}{' '.join(keys)}{_SEP}")
+        text.append(f"{P_UNIQ_KEY}{_NV}{msg.message_id}{_SEP}")
         group = stored.get(M.P_MESSAGE_GROUP)
         if group:
-            text.append(f"{M.P_MESSAGE_GROUP}{NV}{group}{SEP}")
+            text.append(f"{M.P_MESSAGE_GROUP}{_NV}{group}{_SEP}")
         born = stored.get(M.P_BORN_HOST, "127.0.0.1:0")
         born_host = _born_hosts.get(born)
         if born_host is None:
