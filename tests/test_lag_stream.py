@@ -177,6 +177,28 @@ def test_after_a_batch_run_the_stream_builds_its_state_again(tmp_path, spark):
     assert_same_tables(data / "lag", batch)
 
 
+def test_a_rebalance_ending_minutes_after_its_start_keeps_its_start(tmp_path, spark):
+    """A pass reads the events from the minute of its first new one (stream.Cuts): a
+    rebalance whose end (no duration reported) comes two minutes after its start still
+    starts at its start event, one the pass did not read (rebalances_before)."""
+    job, stream, recorder, late = streaming_into(tmp_path, spark)
+    start, end = scenario.T0 + 55_000, scenario.T0 + 135_000
+    for first in range(0, 150, 10):
+        for ts, phase in ((start, "start"), (end, "end")):
+            if first * 1000 <= ts - scenario.T0 < first * 1000 + 10_000:
+                recorder.add_event(event_from_dict({"ts": ts, "type": "rebalance", "group": scenario.GROUP,
+                                                    "client_id": "c9", "phase": phase, "reason": "slow"}))
+        record_slice(recorder, first, first + 10, late)
+        assert stream.run(PARAMS).state == "done"
+    recorder.close()
+    rebalances = table_rows(tmp_path / "lag", "rebalances")
+    mine = rebalances[rebalances.client_id == "c9"]
+    assert len(mine) == 1 and mine.duration_ms.tolist() == [end - start], mine
+    batch = tmp_path / "batch"
+    LagJob(tmp_path / "recordings", batch, spark=spark).run(PARAMS)
+    assert_same_tables(tmp_path / "lag", batch)
+
+
 def test_the_state_stays_within_its_horizon(streamed):
     import pyarrow.parquet as pq
 

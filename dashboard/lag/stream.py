@@ -10,7 +10,8 @@ Spark query over them and the *state* the previous pass left:
 * ``per_ts``: per group and sample ts, the group's summed lag and queue count;
 * ``events``: the rebalance, flow-control, fault and hand-off events;
 * ``last_rebalance``: per client, its last rebalance event older than the state (a
-  rebalance's start may be the client's previous event).
+  rebalance's start may be the client's previous event; a pass's query gets each
+  client's last one before its events cut instead, ``rebalances_before``).
 
 each kept for ``horizon`` before the newest sample (the status rules' look-back plus the
 windows a new slice can still change). The points carry their status and what it is
@@ -79,7 +80,7 @@ STATE_TABLES = ("points", "owners", "per_ts", "events", "last_rebalance")
 # The state's layout: a checkpoint of another version is built again (one batch-like pass).
 STATE_VERSION = 2   # 2: points carry their status (status.CARRIED)
 # state table -> the column its pass cut applies to (Cuts)
-CUT_COLUMNS = {"points": "ws", "owners": "ws", "per_ts": "ts"}
+CUT_COLUMNS = {"points": "ws", "owners": "ws", "per_ts": "ts", "events": "ts"}
 SKIPPED_KEPT = 20
 TEN_S = 10_000
 
@@ -104,17 +105,24 @@ class Cuts:
     """Where a pass's query starts reading each state table: the oldest row the windows it
     emits are made of (trim), so a pass reads minutes of state, not the horizon. The points
     carry their statuses (status.CARRIED), so none is needed for the status look-back; the
-    rows before a cut pass into the next state unread."""
+    rows before a cut pass into the next state unread.
+
+    The events from the minute of the first new one: the flow-control windows re-emitted
+    start there, a mark is made of its newest event, and a rebalance needs only its client's
+    previous rebalance event - which the query gets from ``rebalances_before`` (at 64
+    members' periodic rebalances, the events of the horizon were most of what a pass read)."""
     points: int
     owners: int
     per_ts: int
+    events: int = 0
 
     @classmethod
-    def of(cls, snap_lo: int | None) -> "Cuts":
+    def of(cls, snap_lo: int | None, event_lo: int | None = None) -> "Cuts":
+        events = NEVER if event_lo is None else _floor(event_lo, MINUTE)
         if snap_lo is None:   # no new snapshots: no snapshot table changes, none is read
-            return cls(NEVER, NEVER, NEVER)
+            return cls(NEVER, NEVER, NEVER, events)
         minutes_from = _floor(snap_lo - 2 * MINUTE, MINUTE)   # trim's first re-emitted minute
-        return cls(points=minutes_from, owners=_floor(snap_lo, MINUTE), per_ts=minutes_from)
+        return cls(points=minutes_from, owners=_floor(snap_lo, MINUTE), per_ts=minutes_from, events=events)
 
     def of_table(self, name: str) -> int | None:
         return getattr(self, name) if name in CUT_COLUMNS else None
@@ -207,10 +215,10 @@ class LagStream:
         # A slice without events any table is made of (a steady lab's) folds in its snapshots
         # only: the events state stays what it was (fewer inputs, a smaller plan).
         with_events = lows[EVENTS] is not None
-        cuts = Cuts.of(lows[SNAPSHOTS])
-        rows = self._run_fold(spark, new, stream, p, with_events, cuts)
-        if not with_events:
-            rows["events"] = old_state["events"] if old_state else _empty_events()
+        cuts = Cuts.of(lows[SNAPSHOTS], lows[EVENTS])
+        rows = self._run_fold(spark, new, stream, p, with_events, cuts, rebalances_before(old_state, cuts.events))
+        if not with_events:   # the state's events pass on unread (their cut is NEVER)
+            rows["events"] = _empty_events()
         result = trim(rows, lows, keep_from, old_state["last_rebalance"] if old_state else None, cuts, old_state)
         windows = {}
         for table, has_res in TABLE_HAS_RES.items():
@@ -279,9 +287,10 @@ class LagStream:
         return stream
 
     def _run_fold(self, spark, new: dict, stream: dict, p: JobParams, with_events: bool,
-                  cuts: Cuts) -> dict[str, pa.Table]:
-        """fold_plan's rows for the new files and the state: with the query planned once
-        where it can be, else planned for this pass over in-memory relations."""
+                  cuts: Cuts, last_rebalance: pa.Table) -> dict[str, pa.Table]:
+        """fold_plan's rows for the new files and the state (``last_rebalance``: what the
+        query reads for it, rebalances_before's): with the query planned once where it can
+        be, else planned for this pass over in-memory relations."""
         stages = self._reusable_queries(spark, p, with_events)
         if stages is not None:
             base = self.out / STREAM_DIR / stream["state"] if stream.get("state") else None
@@ -289,6 +298,8 @@ class LagStream:
             manifest.update({f"state/{name}": {"files": [str(base / f"{name}.parquet")] if base else [],
                                                "column": CUT_COLUMNS.get(name), "from": cuts.of_table(name)}
                              for name in STATE_TABLES})
+            pq.write_table(last_rebalance, self._stage_path("last_rebalance"), compression="none")
+            manifest["state/last_rebalance"] = [str(self._stage_path("last_rebalance"))]
             manifest.update({f"stage/{name}": [str(self._stage_path(name))] for name in STAGE_INPUTS})
             path = self._manifest_path()
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -302,13 +313,16 @@ class LagStream:
                         pq.write_table(rows[name], self._stage_path(name), compression="none")
                         written.add(name)
                 rows.update(query.run())
-            for name in STAGE_INPUTS:
+            for name in (*STAGE_INPUTS, "last_rebalance"):
                 self._stage_path(name).unlink(missing_ok=True)
             return rows
         inputs = {kind: self._slice_frame(spark, kind, [self._slice[(kind, rel)] for rel in new[kind]
                                                         if (kind, rel) in self._slice])
                   for kind in new}
-        frames = fold_plan(spark, self.job, inputs, self._state_frames(spark, stream, cuts), p, with_events)
+        state = self._state_frames(spark, stream, cuts)
+        if state is not None:
+            state["last_rebalance"] = _frame(spark, last_rebalance, self._state_schemas.get("last_rebalance"))
+        frames = fold_plan(spark, self.job, inputs, state, p, with_events)
         if with_events:
             self._state_schemas = _state_schemas(frames)
         return run_later_stages(spark, FoldQuery(frames).run(), _stage_schemas(frames))
@@ -580,6 +594,18 @@ def _at_least(table: pa.Table, column: str, ms: int):
     return pc.greater_equal(col, bound)
 
 
+def rebalances_before(old_state: dict | None, cut: int) -> pa.Table:
+    """Per client, its last rebalance event before ``cut`` (the state's ``last_rebalance``
+    and its events the pass does not read): what a rebalance in the rows from the cut may
+    start from (compute_rebalances pairs an end with its client's previous event)."""
+    if old_state is None:
+        return _empty_events()
+    events = old_state["events"]
+    before = events.filter(pc.and_(pc.equal(events["type"], "rebalance"), pc.invert(_at_least(events, "ts", cut))))
+    known = old_state["last_rebalance"]
+    return _latest_per_client(pa.concat_tables([known.select(before.column_names).cast(before.schema), before]))
+
+
 def trim(rows: dict[str, pa.Table], lows: dict, keep_from: int, last_rebalance: pa.Table | None,
          cuts: Cuts, old_state: dict | None = None) -> dict:
     """fold_plan's rows -> what a pass writes: the table rows the new recordings change
@@ -604,15 +630,16 @@ def trim(rows: dict[str, pa.Table], lows: dict, keep_from: int, last_rebalance: 
         out["flow_control"] = t.filter(_at_least(t, "window_start", event_lo - event_lo % MINUTE))
         t = rows["marks"]
         out["marks"] = t.filter(_at_least(t, "_event_ts", event_lo)).drop_columns(["_event_ts"])
+    whole = {}   # each cut table: the old state's rows before its cut (unread) and the query's
     for name, column in CUT_COLUMNS.items():
         fresh = rows[name]
         if old_state is not None:
             unread = old_state[name].filter(pc.invert(_at_least(old_state[name], column, cuts.of_table(name))))
             fresh = pa.concat_tables([unread.select(fresh.column_names).cast(fresh.schema), fresh])
+        whole[name] = fresh
         since = keep_from - keep_from % MINUTE if name == "owners" else keep_from
         out[name] = fresh.filter(_at_least(fresh, column, since))
-    events = rows["events"]
-    out["events"] = events.filter(_at_least(events, "ts", keep_from))
+    events = whole["events"]
     # Each client's last rebalance event that leaves the state (its next one may start from it).
     leaving = events.filter(pc.and_(pc.equal(events["type"], "rebalance"),
                                     pc.invert(_at_least(events, "ts", keep_from))))
