@@ -298,6 +298,9 @@ class LagStream:
             manifest.update({f"state/{name}": {"files": [str(base / f"{name}.parquet")] if base else [],
                                                "column": CUT_COLUMNS.get(name), "from": cuts.of_table(name)}
                              for name in STATE_TABLES})
+            if base:
+                manifest["new/events"] = {"files": manifest["new/events"] + [str(base / "events.parquet")],
+                                          "column": "ts", "from": cuts.events}
             pq.write_table(last_rebalance, self._stage_path("last_rebalance"), compression="none")
             manifest["state/last_rebalance"] = [str(self._stage_path("last_rebalance"))]
             manifest.update({f"stage/{name}": [str(self._stage_path(name))] for name in STAGE_INPUTS})
@@ -357,8 +360,11 @@ class LagStream:
 
             inputs = {kind: leaf(f"new/{kind}", spark_schema(SCHEMAS[kind])) for kind in (SNAPSHOTS, EVENTS)}
             schemas = _state_schemas(fold_plan(spark, self.job, inputs, None, p))
-            frames = fold_plan(spark, self.job, inputs,
-                               {name: leaf(f"state/{name}", schemas[name]) for name in STATE_TABLES}, p, with_events)
+            state = {name: leaf(f"state/{name}", schemas[name]) for name in STATE_TABLES}
+            # The state's events come through the new events' leaf (_run_fold lists both): a leaf is
+            # read once per use, and the events have six uses.
+            state["events"] = spark.createDataFrame([], schemas["events"])
+            frames = fold_plan(spark, self.job, inputs, state, p, with_events)
             queries = [FoldQuery(frames, key)]
             stage_schemas = _stage_schemas(frames)
             for plan_stage, reads in LATER_STAGES:
