@@ -13,8 +13,9 @@ dearer than its share (the JIT still warming up, a burst of events) does not hol
 next slice; a machine too slow for the budget only makes the history less fresh (the page
 says how far behind it is), up to a pass a minute.
 The first pass (a cold JVM and the backlog of a start) is not charged. It notices new slices by the
-modification time of the current hour's snapshot directory, a stat every ``watch_s``: no
-listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
+modification time of the current hour's snapshot directory, a stat every ``watch_s`` (50 ms:
+the slice is written ~1 s before its window ends, and the pass must land by then; a check
+costs ~50 us, 1 ms of CPU a second): no listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
 
 A pass that finds the output locked (the "Run lag job" button's run) waits for the next
 period. A failing pass (Spark down, unreadable files) pauses the service: it retries with
@@ -91,7 +92,7 @@ class CpuShare:
 
 class LagService:
     def __init__(self, job: LagJob, params: Callable[[], JobParams], *, period_s: float = 10.0,
-                 watch_s: float = 0.25, max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
+                 watch_s: float = 0.05, max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
                  verbose: bool = True, cpu_window_s: float = 120.0, cpu_budget: float = 0.25,
                  max_pace_s: float = 60.0, burst_s: float = 20.0, clock: Callable[[], float] = time.monotonic):
         self.job = job
