@@ -533,10 +533,7 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
     per_ts = (_one(state["per_ts"].unionByName(per_ts_rows(partial)))
               .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.sum("queues").alias("queues")))
     points = queue_points(points.withColumn("_kind", F.lit("q")), p, carried=True)
-    frames = {
-        "owner_windows": compute_owner_windows(owners.withColumn("_kind", F.lit("o"))),
-        "points": points.select(*QUEUE_KEYS, "ws", *POINT_COLUMNS, *CARRIED), "owners": owners, "per_ts": per_ts,
-    }
+    frames = {"points": points.select(*QUEUE_KEYS, "ws", *POINT_COLUMNS, *CARRIED), "owners": owners, "per_ts": per_ts}
     if with_events:
         events = _one(table_events(new[EVENTS]))
         every_event = _one(state["events"].unionByName(events))
@@ -554,21 +551,25 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
 # query, the points' merge and status ran once for the state and again for each output made
 # of them - five times. As stages, once each (their rows go over as Parquet files, or
 # in-memory relations over Spark Connect); the stages' own leaves are cheap to run twice.
+# The owner windows too: in the fold they merged the owners (and read the slice) a second time.
 def _windows_stage(rows: dict) -> dict:
-    return {"queue_windows": compute_queue_windows(_one(rows["points"]))}
+    from pyspark.sql import functions as F
+
+    return {"queue_windows": compute_queue_windows(_one(rows["points"])),
+            "owner_windows": compute_owner_windows(_one(rows["owners"]).withColumn("_kind", F.lit("o")))}
 
 
 def _groups_stage(rows: dict) -> dict:
     return {"group_windows": group_windows_from(_one(rows["per_ts"]), _one(rows["queue_windows"]), one_partition=True)}
 
 
-LATER_STAGES = ((_windows_stage, ("points",)), (_groups_stage, ("per_ts", "queue_windows")))
-STAGE_INPUTS = ("points", "per_ts", "queue_windows")
+LATER_STAGES = ((_windows_stage, ("points", "owners")), (_groups_stage, ("per_ts", "queue_windows")))
+STAGE_INPUTS = ("points", "owners", "per_ts", "queue_windows")
 
 
 def _stage_schemas(frames: dict) -> dict:
     """The schemas of fold_plan's rows the later stages read."""
-    return {name: frames[name].schema for name in ("points", "per_ts")}
+    return {name: frames[name].schema for name in ("points", "owners", "per_ts")}
 
 
 def run_later_stages(spark, rows: dict, schemas: dict) -> dict:
