@@ -216,7 +216,10 @@ class LagStream:
         # only: the events state stays what it was (fewer inputs, a smaller plan).
         with_events = lows[EVENTS] is not None
         cuts = Cuts.of(lows[SNAPSHOTS], lows[EVENTS])
-        rows = self._run_fold(spark, new, stream, p, with_events, cuts, rebalances_before(old_state, cuts.events))
+        # Only a pass with events reads them (and the last rebalances before their cut).
+        last_rebalance = (rebalances_before(old_state["events"], old_state["last_rebalance"], cuts.events)
+                          if with_events and old_state else _empty_events())
+        rows = self._run_fold(spark, new, stream, p, with_events, cuts, last_rebalance)
         if not with_events:   # the state's events pass on unread (their cut is NEVER)
             rows["events"] = _empty_events()
         result = trim(rows, lows, keep_from, old_state["last_rebalance"] if old_state else None, cuts, old_state)
@@ -301,8 +304,9 @@ class LagStream:
             if base:
                 manifest["new/events"] = {"files": manifest["new/events"] + [str(base / "events.parquet")],
                                           "column": "ts", "from": cuts.events}
-            pq.write_table(last_rebalance, self._stage_path("last_rebalance"), compression="none")
-            manifest["state/last_rebalance"] = [str(self._stage_path("last_rebalance"))]
+            if with_events:
+                pq.write_table(last_rebalance, self._stage_path("last_rebalance"), compression="none")
+                manifest["state/last_rebalance"] = [str(self._stage_path("last_rebalance"))]
             manifest.update({f"stage/{name}": [str(self._stage_path(name))] for name in STAGE_INPUTS})
             path = self._manifest_path()
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -601,16 +605,15 @@ def _at_least(table: pa.Table, column: str, ms: int):
     return pc.greater_equal(col, bound)
 
 
-def rebalances_before(old_state: dict | None, cut: int) -> pa.Table:
-    """Per client, its last rebalance event before ``cut`` (the state's ``last_rebalance``
-    and its events the pass does not read): what a rebalance in the rows from the cut may
-    start from (compute_rebalances pairs an end with its client's previous event)."""
-    if old_state is None:
-        return _empty_events()
-    events = old_state["events"]
+def rebalances_before(events: pa.Table, known: pa.Table | None, cut: int) -> pa.Table:
+    """Per client, its last rebalance event before ``cut``, of ``events`` and the ``known``
+    last ones (a state's ``last_rebalance``): what a rebalance from the cut on may start
+    from (compute_rebalances pairs an end with its client's previous event). A pass's query
+    gets them at its events cut; trim keeps them at the state's horizon."""
     before = events.filter(pc.and_(pc.equal(events["type"], "rebalance"), pc.invert(_at_least(events, "ts", cut))))
-    known = old_state["last_rebalance"]
-    return _latest_per_client(pa.concat_tables([known.select(before.column_names).cast(before.schema), before]))
+    if known is not None:
+        before = pa.concat_tables([known.select(before.column_names).cast(before.schema), before])
+    return _latest_per_client(before)
 
 
 def trim(rows: dict[str, pa.Table], lows: dict, keep_from: int, last_rebalance: pa.Table | None,
@@ -646,13 +649,8 @@ def trim(rows: dict[str, pa.Table], lows: dict, keep_from: int, last_rebalance: 
         whole[name] = fresh
         since = keep_from - keep_from % MINUTE if name == "owners" else keep_from
         out[name] = fresh.filter(_at_least(fresh, column, since))
-    events = whole["events"]
     # Each client's last rebalance event that leaves the state (its next one may start from it).
-    leaving = events.filter(pc.and_(pc.equal(events["type"], "rebalance"),
-                                    pc.invert(_at_least(events, "ts", keep_from))))
-    if last_rebalance is not None:
-        leaving = pa.concat_tables([last_rebalance.select(leaving.column_names).cast(leaving.schema), leaving])
-    out["last_rebalance"] = _latest_per_client(leaving)
+    out["last_rebalance"] = rebalances_before(whole["events"], last_rebalance, keep_from)
     return out
 
 
