@@ -1,8 +1,8 @@
 """The lag history as a stream: each new slice of recordings folded into the tables with
 checkpointed state, at a cost proportional to the slice, not to the status look-back.
 
-A pass (``LagStream.run``) takes the recording files not processed yet and runs **one**
-Spark query over them and the *state* the previous pass left:
+A pass (``LagStream.run``) takes the recording files not processed yet and runs its few
+Spark queries (PASS_STAGES) over them and the *state* the previous pass left:
 
 * ``points``: per queue and 10-s window, the partial aggregates the queue windows are made
   of (aggregate_samples' "q" rows: last/first sample, max, sum, count, the lags for p95);
@@ -21,19 +21,21 @@ status look-back: its cost follows the slice and the queues, not the horizon (at
 queues: 2.1 s of CPU a pass, where reading the horizon cost 4.5 s and grew with it). New
 rows' partials are merged into the state's (late rows of a slice merge exactly: maxima,
 sums, concatenated lags; a point a new row reaches is evaluated again, and so is every
-later point of its queue), and the batch job's own functions (snapshot_tables.py, event_tables.py) compute, from state +
-new, those windows and the next state (the rows before the cuts pass into it unread). The query's result comes back as one Arrow table; ``trim`` keeps the windows
-the new rows can change - the new slices', the windows whose end-of-window time lag
-interpolates towards them, the minutes they fall in, the statuses after them - which are
-upserted into each table's tail (tail.py), and the state from ``horizon`` on, which is
+later point of its queue), and the batch job's own functions (snapshot_tables.py,
+event_tables.py) compute, from state + new, those windows and the next state (the rows
+before the cuts pass into it unread). Each query's result comes back as one Arrow table;
+``emitted`` keeps the windows the new rows can change - the new slices', the windows whose
+end-of-window time lag interpolates towards them, the minutes they fall in, the statuses
+after them - which are upserted into each table's tail (tail.py), the queue and group
+windows first (PASS_STAGES); ``next_state`` keeps the state from ``horizon`` on, which is
 saved; then ``_state.json`` records the files as processed and names the new
 state, in one rename: the checkpoint. A pass killed before that rename is done again from
 the old checkpoint with the same files, and upserts by key make that idempotent: nothing
 is lost, nothing doubled.
 
-What a pass costs is Spark's fixed work, not rows: so a pass is three stages (LATER_STAGES:
+What a pass costs is Spark's fixed work, not rows: so a pass is a few stages (PASS_STAGES:
 a subtree used by several outputs of one query would run once per use), each query holds
-nothing of one pass (its times are applied by ``trim``, in Arrow) and, in a local session,
+nothing of one pass (its times are applied by ``emitted``, in Arrow) and, in a local session,
 each is planned once and run again each pass: its leaves are a data source (stream_input.py) that reads, when the
 query runs, the files ``_stream_inputs.json`` names - the new slices and the state's files.
 A slice without any event a table is made of (a steady lab's) runs a smaller variant with
@@ -103,7 +105,7 @@ class Reach:
 @dataclass
 class Cuts:
     """Where a pass's query starts reading each state table: the oldest row the windows it
-    emits are made of (trim), so a pass reads minutes of state, not the horizon. The points
+    emits are made of (emitted), so a pass reads minutes of state, not the horizon. The points
     carry their statuses (status.CARRIED), so none is needed for the status look-back; the
     rows before a cut pass into the next state unread.
 
@@ -121,7 +123,7 @@ class Cuts:
         events = NEVER if event_lo is None else _floor(event_lo, MINUTE)
         if snap_lo is None:   # no new snapshots: no snapshot table changes, none is read
             return cls(NEVER, NEVER, NEVER, events)
-        minutes_from = _floor(snap_lo - 2 * MINUTE, MINUTE)   # trim's first re-emitted minute
+        minutes_from = _floor(snap_lo - 2 * MINUTE, MINUTE)   # emitted's first minute
         return cls(points=minutes_from, owners=_floor(snap_lo, MINUTE), per_ts=minutes_from, events=events)
 
     def of_table(self, name: str) -> int | None:
@@ -219,17 +221,15 @@ class LagStream:
         # Only a pass with events reads them (and the last rebalances before their cut).
         last_rebalance = (rebalances_before(old_state["events"], old_state["last_rebalance"], cuts.events)
                           if with_events and old_state else _empty_events())
-        rows = self._run_fold(spark, new, stream, p, with_events, cuts, last_rebalance)
+        # The rows each table gets (upserted by key: a pass done again after a crash doubles
+        # nothing); the queue and group windows as soon as they are made.
+        windows = {table: 0 for table in TABLE_HAS_RES}
+        rows = self._run_fold(spark, new, stream, p, with_events, cuts, last_rebalance,
+                              lambda made: self._upsert(emitted(made, lows, FRESH_TABLES), windows))
         if not with_events:   # the state's events pass on unread (their cut is NEVER)
             rows["events"] = _empty_events()
-        result = trim(rows, lows, keep_from, old_state["last_rebalance"] if old_state else None, cuts, old_state)
-        windows = {}
-        for table, has_res in TABLE_HAS_RES.items():
-            rows = result.get(table)
-            if rows is not None and rows.num_rows:
-                tail.upsert(self.out, table, rows, (["res"] if has_res else []) + ["date", "hour"])
-            windows[table] = rows.num_rows if rows is not None else 0
-            _crash_point(f"upserted {table}")
+        self._upsert(emitted(rows, lows, [t for t in TABLE_HAS_RES if t not in FRESH_TABLES]), windows)
+        result = next_state(rows, keep_from, old_state["last_rebalance"] if old_state else None, cuts, old_state)
         name = self._save_state_tables(result)
         _crash_point("state saved")
         for kind in new:
@@ -250,6 +250,13 @@ class LagStream:
         return JobResult("done", range_ms=(lo, hi),
                          new_files=sum(len(v) for v in new.values()), files_read=sum(len(v) for v in new.values()),
                          rows_read=rows_read, windows=windows)
+
+    def _upsert(self, tables: dict, counts: dict) -> None:
+        for table, rows in tables.items():
+            if rows.num_rows:
+                tail.upsert(self.out, table, rows, (["res"] if TABLE_HAS_RES[table] else []) + ["date", "hour"])
+            counts[table] = rows.num_rows
+            _crash_point(f"upserted {table}")
 
     # -- state ----------------------------------------------------------------------
 
@@ -282,18 +289,19 @@ class LagStream:
             inputs = {kind: self.job._read(spark, kind, read[kind], -2 ** 62, 2 ** 62, None) for kind in read}
             frames = fold_plan(spark, self.job, inputs, None, p)
             self._state_schemas = _state_schemas(frames)
-            rows = run_later_stages(spark, FoldQuery(frames).run(), _stage_schemas(frames))
-            result = trim(rows, {SNAPSHOTS: None, EVENTS: None}, keep_from, None, Cuts(0, 0, 0))
+            rows = run_stages(spark, frames)
+            result = next_state(rows, keep_from, None, Cuts(0, 0, 0))
             stream.update(state=self._save_state_tables(result), newest=newest, lower=keep_from)
         state["stream"] = stream
         self.job.save_state(state)
         return stream
 
     def _run_fold(self, spark, new: dict, stream: dict, p: JobParams, with_events: bool,
-                  cuts: Cuts, last_rebalance: pa.Table) -> dict[str, pa.Table]:
-        """fold_plan's rows for the new files and the state (``last_rebalance``: what the
-        query reads for it, rebalances_before's): with the query planned once where it can
-        be, else planned for this pass over in-memory relations."""
+                  cuts: Cuts, last_rebalance: pa.Table, land) -> dict[str, pa.Table]:
+        """Every stage's rows for the new files and the state (``last_rebalance``: what the
+        query reads for it, rebalances_before's), ``land(rows)`` called once the fresh tables
+        are made: with the queries planned once where they can be, else planned for this pass
+        over in-memory relations."""
         stages = self._reusable_queries(spark, p, with_events)
         if stages is not None:
             base = self.out / STREAM_DIR / stream["state"] if stream.get("state") else None
@@ -314,12 +322,14 @@ class LagStream:
                 json.dump(manifest, f)
             os.replace(path.with_suffix(".tmp"), path)
             rows, written = {}, set()
-            for query in stages:   # each stage reads what the ones before it wrote
+            for i, query in enumerate(stages):   # each stage reads what the ones before it wrote
                 for name in STAGE_INPUTS:
                     if name in rows and name not in written:
                         pq.write_table(rows[name], self._stage_path(name), compression="none")
                         written.add(name)
                 rows.update(query.run())
+                if i + 1 == FRESH_STAGES:
+                    land(rows)
             for name in (*STAGE_INPUTS, "last_rebalance"):
                 self._stage_path(name).unlink(missing_ok=True)
             return rows
@@ -332,7 +342,7 @@ class LagStream:
         frames = fold_plan(spark, self.job, inputs, state, p, with_events)
         if with_events:
             self._state_schemas = _state_schemas(frames)
-        return run_later_stages(spark, FoldQuery(frames).run(), _stage_schemas(frames))
+        return run_stages(spark, frames, land)
 
     def _manifest_path(self):
         return self.out / "_stream_inputs.json"   # beside _state.json; _stream/ holds only states
@@ -369,12 +379,11 @@ class LagStream:
             # read once per use, and the events have six uses.
             state["events"] = spark.createDataFrame([], schemas["events"])
             frames = fold_plan(spark, self.job, inputs, state, p, with_events)
-            queries = [FoldQuery(frames, key)]
-            stage_schemas = _stage_schemas(frames)
-            for plan_stage, reads in LATER_STAGES:
-                stage_frames = plan_stage({name: leaf(f"stage/{name}", stage_schemas[name]) for name in reads})
-                stage_schemas.update({name: frame.schema for name, frame in stage_frames.items()})
-                queries.append(FoldQuery(stage_frames, key))
+            queries, stage_schemas = [], _stage_schemas(frames)
+            for stage in PASS_STAGES:
+                made = stage_frames(stage, frames, lambda name: leaf(f"stage/{name}", stage_schemas[name]))
+                stage_schemas.update({name: frame.schema for name, frame in made.items()})
+                queries.append(FoldQuery(made, key))
             plans = [query.df._jdf.queryExecution().executedPlan().toString() for query in queries]
         except Exception as exc:  # noqa: BLE001 - any failure: plan each pass, as before
             log.warning("lag stream: planning each pass (the reusable query failed: %s)", str(exc).splitlines()[0])
@@ -521,7 +530,7 @@ def _one(df):
 
 def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, with_events: bool = True) -> dict:
     """name -> DataFrame: every row the state and the new recordings (kind -> DataFrame)
-    make, for each table and for the next state; trim() keeps those a pass emits. Nothing
+    make, for each table and for the next state; ``emitted`` keeps those a pass writes. Nothing
     of one pass (its times) is in the plan, so one plan serves every pass. Without
     ``with_events``, only what the snapshots make (no event input, no "events" state)."""
     from pyspark.sql import functions as F
@@ -550,25 +559,49 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
     return frames
 
 
-# The pass's later stages, each over rows of the stages before it (name -> DataFrame). Spark
-# runs a subtree once per use within a query (with no exchange, nothing shares it): as one
-# query, the points' merge and status ran once for the state and again for each output made
-# of them - five times. As stages, once each (their rows go over as Parquet files, or
-# in-memory relations over Spark Connect); the stages' own leaves are cheap to run twice.
-# The owner windows too: in the fold they merged the owners (and read the slice) a second time.
-def _windows_stage(rows: dict) -> dict:
-    from pyspark.sql import functions as F
-
-    return {"queue_windows": compute_queue_windows(_one(rows["points"])),
-            "owner_windows": compute_owner_windows(_one(rows["owners"]).withColumn("_kind", F.lit("o")))}
+# A pass's stages: its queries, in order, each one Spark job. A fold stage takes some of
+# fold_plan's frames (``plan`` None: those of ``names`` the variant has); a later stage is
+# ``plan`` over rows of the stages before it (``names``: what it reads). Spark runs a subtree
+# once per use within a query (with no exchange, nothing shares it): as one query, the
+# points' merge and status ran once for the state and again for each output made of them.
+# As stages, once each (their rows go over as Parquet files, or in-memory relations over
+# Spark Connect); the stages' own leaves are cheap to run twice. The first FRESH_STAGES make
+# the queue and group windows - what the history's freshness is read from - and land before
+# the rest (the owners, the event tables, the owner windows) is computed: at 64 x 256 the
+# windows land in ~0.65 of a pass's time.
+def _queue_windows_stage(rows: dict) -> dict:
+    return {"queue_windows": compute_queue_windows(_one(rows["points"]))}
 
 
 def _groups_stage(rows: dict) -> dict:
     return {"group_windows": group_windows_from(_one(rows["per_ts"]), _one(rows["queue_windows"]), one_partition=True)}
 
 
-LATER_STAGES = ((_windows_stage, ("points", "owners")), (_groups_stage, ("per_ts", "queue_windows")))
-STAGE_INPUTS = ("points", "owners", "per_ts", "queue_windows")
+def _owner_windows_stage(rows: dict) -> dict:
+    from pyspark.sql import functions as F
+
+    return {"owner_windows": compute_owner_windows(_one(rows["owners"]).withColumn("_kind", F.lit("o")))}
+
+
+PASS_STAGES = (
+    (None, ("points", "per_ts")),
+    (_queue_windows_stage, ("points",)),
+    (_groups_stage, ("per_ts", "queue_windows")),
+    (None, ("owners", "events", "rebalances", "flow_control", "marks")),
+    (_owner_windows_stage, ("owners",)),
+)
+FRESH_STAGES = 3
+FRESH_TABLES = ("queue_windows", "group_windows")
+STAGE_INPUTS = ("points", "per_ts", "queue_windows", "owners")
+
+
+def stage_frames(stage, frames: dict, read) -> dict:
+    """name -> DataFrame of one of PASS_STAGES: fold_plan's ``frames`` it takes, or its plan
+    over ``read(name)`` (a DataFrame of an earlier stage's rows)."""
+    plan_stage, names = stage
+    if plan_stage is None:
+        return {name: frames[name] for name in names if name in frames}
+    return plan_stage({name: read(name) for name in names})
 
 
 def _stage_schemas(frames: dict) -> dict:
@@ -576,13 +609,16 @@ def _stage_schemas(frames: dict) -> dict:
     return {name: frames[name].schema for name in ("points", "owners", "per_ts")}
 
 
-def run_later_stages(spark, rows: dict, schemas: dict) -> dict:
-    """fold_plan's rows with the later stages' added, each planned over in-memory relations."""
-    rows, schemas = dict(rows), dict(schemas)
-    for plan_stage, reads in LATER_STAGES:
-        frames = plan_stage({name: _frame(spark, rows[name], schemas[name]) for name in reads})
-        schemas.update({name: frame.schema for name, frame in frames.items()})
-        rows.update(FoldQuery(frames).run())
+def run_stages(spark, frames: dict, land=None) -> dict:
+    """Every stage's rows, each stage planned over in-memory relations of the rows before
+    it; ``land(rows)`` once the fresh tables are made."""
+    rows, schemas = {}, _stage_schemas(frames)
+    for i, stage in enumerate(PASS_STAGES):
+        made = stage_frames(stage, frames, lambda name: _frame(spark, rows[name], schemas[name]))
+        schemas.update({name: frame.schema for name, frame in made.items()})
+        rows.update(FoldQuery(made).run())
+        if land is not None and i + 1 == FRESH_STAGES:
+            land(rows)
     return rows
 
 
@@ -609,37 +645,49 @@ def rebalances_before(events: pa.Table, known: pa.Table | None, cut: int) -> pa.
     """Per client, its last rebalance event before ``cut``, of ``events`` and the ``known``
     last ones (a state's ``last_rebalance``): what a rebalance from the cut on may start
     from (compute_rebalances pairs an end with its client's previous event). A pass's query
-    gets them at its events cut; trim keeps them at the state's horizon."""
+    gets them at its events cut; next_state keeps them at the state's horizon."""
     before = events.filter(pc.and_(pc.equal(events["type"], "rebalance"), pc.invert(_at_least(events, "ts", cut))))
     if known is not None:
         before = pa.concat_tables([known.select(before.column_names).cast(before.schema), before])
     return _latest_per_client(before)
 
 
-def trim(rows: dict[str, pa.Table], lows: dict, keep_from: int, last_rebalance: pa.Table | None,
-         cuts: Cuts, old_state: dict | None = None) -> dict:
-    """fold_plan's rows -> what a pass writes: the table rows the new recordings change
-    (only for the kinds with a low in ``lows``) and the next state (rows from ``keep_from``:
-    the old state's rows before each cut, which the query did not read, and the query's)."""
+def emitted(rows: dict[str, pa.Table], lows: dict, tables) -> dict:
+    """Of ``tables``, the rows a pass writes: those its new recordings change (only for the
+    kinds with a low in ``lows``)."""
     out = {}
-    snap_lo, event_lo = lows.get(SNAPSHOTS), lows.get(EVENTS)
-    if snap_lo is not None:
-        ten_from = snap_lo - snap_lo % TEN_S - 3 * TEN_S
-        minute_from = (snap_lo - 2 * MINUTE) - (snap_lo - 2 * MINUTE) % MINUTE
-        for table in ("queue_windows", "group_windows"):
+    for table in tables:
+        lo = lows.get(SNAPSHOTS if table in SNAPSHOT_TABLES else EVENTS)
+        if lo is not None:
             t = rows[table]
-            emitted = pc.or_(pc.and_(pc.equal(t["res"], "10s"), _at_least(t, "window_start", ten_from)),
-                             pc.and_(pc.equal(t["res"], "1m"), _at_least(t, "window_start", minute_from)))
-            out[table] = t.filter(emitted)
-        t = rows["owner_windows"]
-        out["owner_windows"] = t.filter(_at_least(t, "window_start", snap_lo - snap_lo % MINUTE))
-    if event_lo is not None:
-        t = rows["rebalances"]
-        out["rebalances"] = t.filter(_at_least(t, "end", event_lo))
-        t = rows["flow_control"]
-        out["flow_control"] = t.filter(_at_least(t, "window_start", event_lo - event_lo % MINUTE))
-        t = rows["marks"]
-        out["marks"] = t.filter(_at_least(t, "_event_ts", event_lo)).drop_columns(["_event_ts"])
+            out[table] = t.filter(_changed_by(table, t, lo))
+    return {table: t.drop_columns(["_event_ts"]) if table == "marks" else t for table, t in out.items()}
+
+
+SNAPSHOT_TABLES = ("queue_windows", "group_windows", "owner_windows")
+
+
+def _changed_by(table: str, t: pa.Table, lo: int):
+    """The mask of ``table``'s rows that new recordings from ``lo`` on change."""
+    if table in ("queue_windows", "group_windows"):
+        # the new 10-s windows and the three before them (time lag interpolates towards the
+        # next window's first sample); the minutes from two before (a status looks back)
+        ten_from = lo - lo % TEN_S - 3 * TEN_S
+        minute_from = _floor(lo - 2 * MINUTE, MINUTE)
+        return pc.or_(pc.and_(pc.equal(t["res"], "10s"), _at_least(t, "window_start", ten_from)),
+                      pc.and_(pc.equal(t["res"], "1m"), _at_least(t, "window_start", minute_from)))
+    if table in ("owner_windows", "flow_control"):
+        return _at_least(t, "window_start", _floor(lo, MINUTE))
+    if table == "rebalances":
+        return _at_least(t, "end", lo)
+    return _at_least(t, "_event_ts", lo)   # marks
+
+
+def next_state(rows: dict[str, pa.Table], keep_from: int, last_rebalance: pa.Table | None,
+               cuts: Cuts, old_state: dict | None = None) -> dict:
+    """The state after a pass: each state table's rows from ``keep_from`` - the old state's
+    rows before each cut, which the query did not read, and the query's."""
+    out = {}
     whole = {}   # each cut table: the old state's rows before its cut (unread) and the query's
     for name, column in CUT_COLUMNS.items():
         fresh = rows[name]
