@@ -6,6 +6,7 @@
 // marks' labels and the freshness line are history/marks.js (pure, unit-tested).
 import { el } from "./common/dom.js";
 import { fmt } from "./common/format.js";
+import { withGaps } from "./history/gaps.js";
 import { REBALANCE_COLOUR, faultMark, freshness, markLabels, rebalanceMark } from "./history/marks.js";
 
 const page = document.getElementById("history");
@@ -131,18 +132,20 @@ function start(root) {
 
   function draw(data) {
     const labels = Object.keys(data.queues);
+    // The lines stay open where nothing was recorded (history/gaps.js).
+    const lines = Object.fromEntries(labels.map((q) => [q, withGaps(data.queues[q], data.res)]));
     Plotly.react("chart-queue-lag", labels.map((q) => ({
-      x: data.queues[q].t, y: data.queues[q].lag, name: q, mode: "lines", customdata: data.queues[q].owner,
+      x: lines[q].t, y: lines[q].lag, name: q, mode: "lines", customdata: lines[q].owner,
       hovertemplate: "%{y} msgs (owner %{customdata})<extra>" + q + "</extra>",
     })), layout("chart-queue-lag", "Lag per queue (" + data.res + " windows; dotted: rebalances, bands: flow control)",
       markers(data, "chart-queue-lag"), labels.length));
-    const g = data.group_series;
+    const g = withGaps(data.group_series, data.res);
     const groupKeys = ["lag", "max_lag", "avg_lag", "p95_lag"];
     Plotly.react("chart-group-lag", groupKeys.map((k) => ({
       x: g.t, y: g[k], name: k, mode: "lines" })), layout("chart-group-lag", "Group lag (sum over queues)",
       markers(data, "chart-group-lag"), groupKeys.length));
     Plotly.react("chart-time-lag", labels.map((q) => ({
-      x: data.queues[q].t, y: data.queues[q].time_lag_ms, name: q, mode: "lines" })),
+      x: lines[q].t, y: lines[q].time_lag_ms, name: q, mode: "lines" })),
       layout("chart-time-lag", "Time lag per queue (ms behind)", {}, labels.length));
     const times = Array.from(new Set(labels.flatMap((q) => data.queues[q].t))).sort();
     const z = labels.map((q) => {

@@ -1,0 +1,27 @@
+// Breaks in the history's lines where nothing was recorded (the lab stopped, a queue was
+// gone): plotly joins the points on either side of a gap unless a null lies between them,
+// and a line drawn across an hour without recordings shows lag nobody measured.
+
+export const RES_MS = { "10s": 10_000, "1m": 60_000 };
+
+// `series`: { t: [ISO window ends], <column>: [values], ... } at `res` ("10s" | "1m").
+// Returns the same columns with one null point (at the missing window's end) wherever the
+// next window is more than one window later: plotly leaves the line open there.
+export function withGaps(series, res) {
+  const step = RES_MS[res];
+  const columns = Object.keys(series).filter((k) => k !== "t" && Array.isArray(series[k]));
+  const out = { ...series, t: [] };
+  columns.forEach((k) => { out[k] = []; });
+  series.t.forEach((t, i) => {
+    if (i > 0 && step) {
+      const prev = Date.parse(series.t[i - 1]);
+      if (Date.parse(t) - prev > step) {
+        out.t.push(new Date(prev + step).toISOString());
+        columns.forEach((k) => out[k].push(null));
+      }
+    }
+    out.t.push(t);
+    columns.forEach((k) => out[k].push(series[k][i]));
+  });
+  return out;
+}
