@@ -127,10 +127,10 @@ def main() -> None:
             if landings:
                 late = sorted(x for x, _ in landings.values())
                 walls = sorted(w for _, w in landings.values())
-                print(f"{len(late)} passes seen: each finished {late[0]:+.2f} / {late[len(late) // 2]:+.2f} / "
+                print(f"{len(late)} passes seen: the windows of each landed {late[0]:+.2f} / {late[len(late) // 2]:+.2f} / "
                       f"{late[-1]:+.2f} s (min / median / max) from the end of the window it completed, "
-                      f"in {walls[0]:.2f} / {walls[len(walls) // 2]:.2f} / {walls[-1]:.2f} s of wall time "
-                      f"(a window is served only once its pass finishes: after its end means a poll "
+                      f"passes of {walls[0]:.2f} / {walls[len(walls) // 2]:.2f} / {walls[-1]:.2f} s wall "
+                      f"(a window is served once its pass upserts it: after its end means a poll "
                       f"just before sees the previous one, > 10 s old)", flush=True)
             target = 25 if args.size == "64x256" else 10
             print(f"lag service ({args.size}): {total:.1f} % of one core on average over "
@@ -143,8 +143,8 @@ def main() -> None:
 
 
 def note_pass(status_file: Path, landings: dict) -> None:
-    """The service's last pass, once: when it finished relative to the 10-s grid (the end of
-    the window whose slice it folded in: -0.3 is 0.3 s before that end) and its wall time."""
+    """The service's last pass, once: when its windows landed relative to the 10-s grid (the
+    end of the window whose slice it folded in: -0.3 is 0.3 s before that end) and its wall time."""
     try:
         last = json.loads(status_file.read_text()).get("last_pass") or {}
     except (OSError, ValueError):
@@ -152,7 +152,9 @@ def note_pass(status_file: Path, landings: dict) -> None:
     finished = last.get("finished_ms")
     if not finished or finished in landings:
         return
-    offset = finished / 1000 % 10
+    # A pass upserts its queue and group windows before it makes the rest (stream.PASS_STAGES).
+    landed = last.get("windows_landed_ms") or finished
+    offset = landed / 1000 % 10
     landings[finished] = (offset if offset < 5 else offset - 10, float(last.get("seconds") or 0))
 
 

@@ -112,6 +112,12 @@ def test_every_pass_is_a_stream_step(streamed):
     assert state["stream"]["passes"] == len(states)
 
 
+def test_a_pass_with_new_snapshots_says_when_its_windows_landed(streamed):
+    with_snapshots = [r for r in streamed["results"] if r.windows["queue_windows"]]
+    assert with_snapshots and all(r.windows_landed_ms for r in with_snapshots)
+    assert all(r.windows_landed_ms is None for r in streamed["results"] if not r.windows["queue_windows"])
+
+
 def test_a_pass_reads_only_its_new_files(streamed):
     assert all(r.files_read <= 2 for r in streamed["results"]), [r.files_read for r in streamed["results"]]
 

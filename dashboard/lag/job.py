@@ -106,9 +106,12 @@ class JobResult:
     windows: dict = field(default_factory=dict)   # table -> rows (re)computed
     pruned_partitions: int = 0          # history hour partitions deleted by the retention
     seconds: float = 0.0
+    windows_landed_ms: int | None = None   # a stream pass: when its queue and group windows were upserted
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
+        if d["windows_landed_ms"] is None:   # only a stream pass has it
+            del d["windows_landed_ms"]
         if self.range_ms:
             d["range"] = [iso(self.range_ms[0]), iso(self.range_ms[1])]
         return d

@@ -24,7 +24,7 @@ The status is ``DATA_DIR/lag/_service.json`` (the history page reads it)::
 
     {"state": "running"|"paused"|"stopped", "pid": 1234, "paused": "reason"|null,
      "passes": 12, "last_pass": {"finished": "...Z", "finished_ms": 1767265381200, "seconds": 2.1,
-                                 "new_files": 4, "state": "done"},
+                                 "windows_landed_ms": 1767265380500, "new_files": 4, "state": "done"},
      "cpu_pct": 3.1, "newest_sample_ts": 1767265380300}
 
 ``cpu_pct`` is what the service costs: its process and its JVM, in % of one core over the
@@ -181,7 +181,8 @@ class LagService:
         newest = (self.job.load_state().get("stream") or {}).get("newest")
         self._write(state="running", paused=None, passes=self.status["passes"] + 1,
                     last_pass={"finished": utc_now_iso(), "finished_ms": int(time.time() * 1000),
-                               "seconds": result.seconds, "new_files": result.new_files,
+                               "seconds": result.seconds, "windows_landed_ms": result.windows_landed_ms,
+                               "new_files": result.new_files,
                                "state": result.state},
                     cpu_pct=self.cpu.sample(), newest_sample_ts=newest or self.status["newest_sample_ts"])
         if resumed:

@@ -224,8 +224,15 @@ class LagStream:
         # The rows each table gets (upserted by key: a pass done again after a crash doubles
         # nothing); the queue and group windows as soon as they are made.
         windows = {table: 0 for table in TABLE_HAS_RES}
-        rows = self._run_fold(spark, new, stream, p, with_events, cuts, last_rebalance,
-                              lambda made: self._upsert(emitted(made, lows, FRESH_TABLES), windows))
+        landed = []
+
+        def land(made: dict) -> None:
+            fresh = emitted(made, lows, FRESH_TABLES)
+            self._upsert(fresh, windows)
+            if fresh:
+                landed.append(int(time.time() * 1000))
+
+        rows = self._run_fold(spark, new, stream, p, with_events, cuts, last_rebalance, land)
         if not with_events:   # the state's events pass on unread (their cut is NEVER)
             rows["events"] = _empty_events()
         self._upsert(emitted(rows, lows, [t for t in TABLE_HAS_RES if t not in FRESH_TABLES]), windows)
@@ -249,7 +256,7 @@ class LagStream:
         rows_read = sum(spans[kind][rel][2] for kind in new for rel in new[kind])
         return JobResult("done", range_ms=(lo, hi),
                          new_files=sum(len(v) for v in new.values()), files_read=sum(len(v) for v in new.values()),
-                         rows_read=rows_read, windows=windows)
+                         rows_read=rows_read, windows=windows, windows_landed_ms=landed[0] if landed else None)
 
     def _upsert(self, tables: dict, counts: dict) -> None:
         for table, rows in tables.items():
