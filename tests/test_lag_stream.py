@@ -205,6 +205,26 @@ def test_a_rebalance_ending_minutes_after_its_start_keeps_its_start(tmp_path, sp
     assert_same_tables(tmp_path / "lag", batch)
 
 
+def test_a_pass_upserts_the_queue_and_group_windows_before_the_event_tables(tmp_path, spark, monkeypatch):
+    """What the history's freshness is read from lands first (stream.PASS_STAGES): each
+    table's rows are upserted as soon as its stage has made them."""
+    from dashboard.lag import stream as stream_module
+
+    order: list[str] = []
+    monkeypatch.setattr(stream_module, "_crash_point", order.append)
+    job, stream, recorder, late = streaming_into(tmp_path, spark)
+    for first in range(0, 60, 10):
+        record_slice(recorder, first, first + 10, late)
+        order.append("pass")
+        assert stream.run(PARAMS).state == "done"
+    recorder.close()
+    passes = [p.split(",") for p in ",".join(order).split("pass,") if "upserted rebalances" in p]
+    assert passes, f"no pass upserted rebalances: {order}"
+    for upserts in passes:
+        assert upserts.index("upserted group_windows") < upserts.index("upserted rebalances"), upserts
+        assert upserts.index("upserted queue_windows") < upserts.index("upserted group_windows"), upserts
+
+
 def test_the_state_stays_within_its_horizon(streamed):
     import pyarrow.parquet as pq
 
