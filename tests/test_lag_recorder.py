@@ -91,4 +91,17 @@ def test_with_its_tick_a_slice_is_written_at_its_last_tick_and_late_events_in_on
     recorder.add_snapshot([{"ts": t0 + 10_005, "group": "G", "topic": "T", "broker": "b", "queue_id": 0,
                             "broker_min_offset": 0, "broker_max_offset": 1, "consumer_offset": 0}])
     assert len(files()) == 2, "one more file for all three"
+    # Events of that slice that reach the lab after the next one began: one more file at the
+    # next slice's last tick, not one each.
+    recorder.add_events([event_from_dict({"ts": t0 + 9_500 + k, "type": "fault", "group": "G", "client_id": "c",
+                                          "fault": "late"}) for k in range(2)])
+    recorder.add_event(event_from_dict({"ts": t0 + 9_900, "type": "fault", "group": "G", "client_id": "c",
+                                        "fault": "late"}))
+    assert len(files()) == 2, "late rows wait for the next roll"
+    for second in range(1, 10):
+        recorder.add_snapshot([{"ts": t0 + 10_005 + second * 1000, "group": "G", "topic": "T", "broker": "b",
+                                "queue_id": 0, "broker_min_offset": 0, "broker_max_offset": 1, "consumer_offset": 0}])
+    assert len(files()) == 4, "the next slice's snapshots and one file of the three late events"
+    late = [f for f in files() if pq.read_table(f).num_rows == 3 and "late" in str(pq.read_table(f)["fields"])]
+    assert len(late) == 1
     recorder.close()

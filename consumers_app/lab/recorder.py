@@ -11,7 +11,8 @@ slice arrives, of either kind (files roll every 10 s, so the lag service sees a 
 second or so after it ends; events are sparse, snapshots tick every second and roll them
 too) - or, with the snapshots' ``tick_ms``, as soon as a snapshot row is the slice's last
 tick (the next would fall in the next slice): the lag stream then folds a 10-s window in
-before it ends; an event of the slice's last second comes as a second file - when a buffer reaches ``max_rows`` (bounded memory: another part file of the same
+before it ends; an event of the slice's last second, or one that reaches the lab after the
+next slice began, comes in one more file at the next roll - when a buffer reaches ``max_rows`` (bounded memory: another part file of the same
 slice), on ``flush()`` and on ``close()`` (nothing is lost on a clean stop). A slice never
 spans two minutes, so the file name's minute still covers every row (the lag job relies on
 it to know which windows new files touch). A file is written under a dot-name and renamed
@@ -173,6 +174,11 @@ class Recorder:
         self._lock = threading.Lock()
         # kind -> slice start ts -> buffered rows
         self._buffers: dict[str, dict[int, list[dict]]] = {SNAPSHOTS: {}, EVENTS: {}}
+        # (kind, slice start) -> the newest slice when its buffer was opened: a buffer rolls
+        # once a later slice than that shows up, so late rows of a slice already written
+        # (events reach the lab a little after they happen) wait for the next roll together,
+        # one more file, not one each
+        self._opened: dict[tuple[str, int], int] = {}
         self._newest_slice: int | None = None   # over both kinds
         self._closed = False
         self.files_written = 0
@@ -185,6 +191,10 @@ class Recorder:
         """Buffer one event; its type-specific fields go into one JSON column."""
         self._add(EVENTS, [_event_row(event)])
 
+    def add_events(self, events) -> None:
+        """Buffer some events at once (what the lab heard since its last record)."""
+        self._add(EVENTS, [_event_row(e) for e in events])
+
     def _add(self, kind: str, rows: list[dict]) -> None:
         if not rows:
             return
@@ -192,10 +202,15 @@ class Recorder:
             if self._closed:
                 raise RuntimeError("recorder is closed")
             buffers = self._buffers[kind]
+            before = self._newest_slice
             for row in rows:
-                buffers.setdefault(slice_of(row["ts"]), []).append(row)
+                start = slice_of(row["ts"])
+                if start not in buffers:
+                    buffers[start] = []
+                    self._opened[(kind, start)] = start if before is None else max(start, before)
+                buffers[start].append(row)
             newest = max(slice_of(row["ts"]) for row in rows)
-            self._newest_slice = newest if self._newest_slice is None else max(self._newest_slice, newest)
+            self._newest_slice = newest if before is None else max(before, newest)
             # The slice's last tick: it is complete now (rows of it that still come, events of
             # its last second, wait for the usual roll: one more file, not one each).
             complete = (kind == SNAPSHOTS and self.tick_ms
@@ -205,8 +220,8 @@ class Recorder:
             # early so memory stays bounded whatever the rate.
             for buffered_kind, kind_buffers in self._buffers.items():
                 for start in sorted(kind_buffers):
-                    if (start < self._newest_slice or len(kind_buffers[start]) >= self.max_rows
-                            or (complete and start <= newest)):
+                    if (self._opened[(buffered_kind, start)] < self._newest_slice
+                            or len(kind_buffers[start]) >= self.max_rows or (complete and start <= newest)):
                         self._write(buffered_kind, start, kind_buffers.pop(start))
 
     def flush(self) -> None:
@@ -228,6 +243,7 @@ class Recorder:
             self._closed = True
 
     def _write(self, kind: str, slice_start: int, rows: list[dict]) -> None:
+        self._opened.pop((kind, slice_start), None)
         table = pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
         write_part(self.root, kind, slice_start, table)
         self.files_written += 1

@@ -59,6 +59,6 @@ class Recording:
         events, self._unrecorded = self._unrecorded, []
         if events:
             try:
-                await asyncio.to_thread(lambda: [self._recorder.add_event(e) for e in events])
+                await asyncio.to_thread(self._recorder.add_events, events)
             except Exception:  # noqa: BLE001 - history is optional; the live view is not
                 log.exception("recording %d events failed", len(events))
