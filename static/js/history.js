@@ -6,7 +6,7 @@
 // marks' labels and the freshness line are history/marks.js (pure, unit-tested).
 import { el } from "./common/dom.js";
 import { fmt } from "./common/format.js";
-import { withGaps } from "./history/gaps.js";
+import { gapSpans, withGaps } from "./history/gaps.js";
 import { REBALANCE_COLOUR, faultMark, freshness, markLabels, rebalanceMark } from "./history/marks.js";
 
 const page = document.getElementById("history");
@@ -115,6 +115,7 @@ function start(root) {
       shapes.push({ type: "line", x0: m.t, x1: m.t, yref: "paper", y0: 0, y1: 1, line: { color: colour, width: 1.5 } });
       marks.push(faultMark(m, colour));
     });
+    shapes.push(...gapShapes(data));
     const [from, to] = timeRange(data);
     const plotPixels = ($(chartId).clientWidth || 600) - MARGIN.l - MARGIN.r;
     const annotations = markLabels(marks, from, to, plotPixels).map((l) => ({
@@ -122,6 +123,15 @@ function start(root) {
       xanchor: "right", yanchor: "top", font: { size: 10, color: l.colour }, bgcolor: "rgba(255,255,255,0.85)",
       captureevents: true }));
     return { shapes, annotations };
+  }
+
+  // Spans with no recordings (the lab was stopped): shaded grey, so neither the open line
+  // nor the axis's zero line through them reads as a measured value.
+  function gapShapes(data) {
+    return gapSpans(data.group_series, data.res).map((g) => ({
+      type: "rect", x0: g.from, x1: g.to, yref: "paper", y0: 0, y1: 1, fillcolor: "#adb5bd", opacity: 0.25,
+      line: { width: 0 }, layer: "above", label: { text: "not recorded", font: { size: 10, color: "#495057" },
+                                                  textposition: "bottom center" } }));
   }
 
   const FAULT_COLOURS = { strategy: "#7048e8", kill: "#c92a2a", stop: "#495057", hang: "#e8590c", cut: "#d6336c",
@@ -146,7 +156,7 @@ function start(root) {
       markers(data, "chart-group-lag"), groupKeys.length));
     Plotly.react("chart-time-lag", labels.map((q) => ({
       x: lines[q].t, y: lines[q].time_lag_ms, name: q, mode: "lines" })),
-      layout("chart-time-lag", "Time lag per queue (ms behind)", {}, labels.length));
+      layout("chart-time-lag", "Time lag per queue (ms behind)", { shapes: gapShapes(data) }, labels.length));
     const times = Array.from(new Set(labels.flatMap((q) => data.queues[q].t))).sort();
     const z = labels.map((q) => {
       const byT = {}; data.queues[q].t.forEach((t, i) => { byT[t] = STATUS.indexOf(data.queues[q].status[i]); });

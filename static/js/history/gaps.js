@@ -25,3 +25,21 @@ export function withGaps(series, res) {
   });
   return out;
 }
+
+// The spans nothing was recorded in, from a series' window ends at `res`: from the end of
+// the last window before a gap to the start of the first after it ({ from, to }, ISO).
+// The charts shade them (an open line alone can read as a line at 0: the axis's zero line
+// runs on through the gap).
+export function gapSpans(series, res) {
+  const step = RES_MS[res];
+  const spans = [];
+  if (!step) return spans;
+  for (let i = 1; i < series.t.length; i += 1) {
+    const prev = Date.parse(series.t[i - 1]);
+    const next = Date.parse(series.t[i]);
+    if (next - prev > step) {
+      spans.push({ from: new Date(prev).toISOString(), to: new Date(next - step).toISOString() });
+    }
+  }
+  return spans;
+}

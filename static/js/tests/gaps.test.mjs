@@ -1,7 +1,7 @@
 // Lines of the history charts stay open across a gap in the recordings (history/gaps.js).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { withGaps } from "../history/gaps.js";
+import { gapSpans, withGaps } from "../history/gaps.js";
 
 const iso = (s) => new Date(Date.parse("2026-01-01T10:00:00Z") + s * 1000).toISOString();
 
@@ -24,4 +24,11 @@ test("consecutive windows are left as they are, at either resolution", () => {
 
 test("no points, no gaps", () => {
   assert.deepEqual(withGaps({ t: [], lag: [] }, "10s"), { t: [], lag: [] });
+});
+
+test("a gap's span runs from the end of the window before it to the start of the one after", () => {
+  const series = { t: [iso(10), iso(20), iso(3600), iso(3610)], lag: [1, 2, 3, 4] };
+  assert.deepEqual(gapSpans(series, "10s"), [{ from: iso(20), to: iso(3590) }]);
+  assert.deepEqual(gapSpans({ t: [iso(10), iso(20), iso(30)], lag: [1, 2, 3] }, "10s"), []);
+  assert.deepEqual(gapSpans({ t: [iso(60), iso(120)], lag: [5, 6] }, "1m"), []);
 });
