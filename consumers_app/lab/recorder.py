@@ -41,6 +41,7 @@ import os
 import shutil
 import threading
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -162,6 +163,16 @@ def _event_row(event: Event) -> dict:
     }
 
 
+@dataclass
+class _SliceBuffer:
+    """A slice's buffered rows of one kind. ``opened_at``: the newest slice when the buffer
+    was opened; it rolls once a later slice than that shows up, so late rows of a slice
+    already written (events reach the lab a little after they happen) wait for the next
+    roll together: one more file, not one each."""
+    opened_at: int
+    rows: list[dict] = field(default_factory=list)
+
+
 class Recorder:
     """Buffers snapshot rows and events per 10-s slice and writes them as Parquet. Thread-safe."""
 
@@ -172,13 +183,8 @@ class Recorder:
         # tick would fall in the next slice), a tick sooner than waiting for that tick.
         self.tick_ms = tick_ms
         self._lock = threading.Lock()
-        # kind -> slice start ts -> buffered rows
-        self._buffers: dict[str, dict[int, list[dict]]] = {SNAPSHOTS: {}, EVENTS: {}}
-        # (kind, slice start) -> the newest slice when its buffer was opened: a buffer rolls
-        # once a later slice than that shows up, so late rows of a slice already written
-        # (events reach the lab a little after they happen) wait for the next roll together,
-        # one more file, not one each
-        self._opened: dict[tuple[str, int], int] = {}
+        # kind -> slice start ts -> its buffer
+        self._buffers: dict[str, dict[int, _SliceBuffer]] = {SNAPSHOTS: {}, EVENTS: {}}
         self._newest_slice: int | None = None   # over both kinds
         self._closed = False
         self.files_written = 0
@@ -205,10 +211,10 @@ class Recorder:
             before = self._newest_slice
             for row in rows:
                 start = slice_of(row["ts"])
-                if start not in buffers:
-                    buffers[start] = []
-                    self._opened[(kind, start)] = start if before is None else max(start, before)
-                buffers[start].append(row)
+                buffer = buffers.get(start)
+                if buffer is None:
+                    buffer = buffers[start] = _SliceBuffer(start if before is None else max(start, before))
+                buffer.rows.append(row)
             newest = max(slice_of(row["ts"]) for row in rows)
             self._newest_slice = newest if before is None else max(before, newest)
             # The slice's last tick: it is complete now (rows of it that still come, events of
@@ -220,16 +226,17 @@ class Recorder:
             # early so memory stays bounded whatever the rate.
             for buffered_kind, kind_buffers in self._buffers.items():
                 for start in sorted(kind_buffers):
-                    if (self._opened[(buffered_kind, start)] < self._newest_slice
-                            or len(kind_buffers[start]) >= self.max_rows or (complete and start <= newest)):
-                        self._write(buffered_kind, start, kind_buffers.pop(start))
+                    buffer = kind_buffers[start]
+                    if (buffer.opened_at < self._newest_slice
+                            or len(buffer.rows) >= self.max_rows or (complete and start <= newest)):
+                        self._write(buffered_kind, start, kind_buffers.pop(start).rows)
 
     def flush(self) -> None:
         """Write every buffered row now (partial slices become part files of their own)."""
         with self._lock:
             for kind, buffers in self._buffers.items():
                 for start in sorted(buffers):
-                    self._write(kind, start, buffers.pop(start))
+                    self._write(kind, start, buffers.pop(start).rows)
 
     def prune(self, older_than_ms: int, now_ms: int) -> list[Path]:
         """Delete the hour partitions of both kinds that ended more than ``older_than_ms``
@@ -243,7 +250,6 @@ class Recorder:
             self._closed = True
 
     def _write(self, kind: str, slice_start: int, rows: list[dict]) -> None:
-        self._opened.pop((kind, slice_start), None)
         table = pa.Table.from_pylist(rows, schema=SCHEMAS[kind])
         write_part(self.root, kind, slice_start, table)
         self.files_written += 1
