@@ -112,6 +112,9 @@ def main() -> None:
                 else:
                     ages.append(age)
                     shown.append(age)
+                    if age > 10:
+                        print(f"  t={now - running:5.0f} s: {age:4.1f} s old; {late_why(Path(data), service_status)}",
+                              flush=True)
                 if now - last_at >= 10:
                     cpu = tree_cpu_seconds(pid)
                     share = 100 * (cpu - last_cpu) / (now - last_at)
@@ -156,6 +159,24 @@ def note_pass(status_file: Path, landings: dict) -> None:
     landed = last.get("windows_landed_ms") or finished
     offset = landed / 1000 % 10
     landings[finished] = (offset if offset < 5 else offset - 10, float(last.get("seconds") or 0))
+
+
+def late_why(data: Path, status_file: Path) -> str:
+    """What a late window waits for: the newest snapshot slice written (s ago) and the service's
+    last pass (finished s ago, its wall time, what it found)."""
+    now = time.time()
+    written = []
+    for hour in (data / "recordings" / "snapshots").glob("date=*/hour=*"):
+        written += [f.stat().st_mtime for f in os.scandir(hour) if f.name.startswith("part-")]
+    try:
+        last = json.loads(status_file.read_text()).get("last_pass") or {}
+    except (OSError, ValueError):
+        last = {}
+    slice_age = f"{now - max(written):.1f} s ago" if written else "none"
+    finished = last.get("finished_ms")
+    pass_age = f"{now - finished / 1000:.1f} s ago" if finished else "none"
+    return (f"newest snapshot slice written {slice_age}, last pass finished {pass_age} "
+            f"({last.get('seconds')} s, {last.get('new_files')} new files, {last.get('state')})")
 
 
 def passes(status_file: Path) -> int:
