@@ -151,8 +151,10 @@ function start(root) {
       markers(data, "chart-queue-lag"), labels.length));
     const g = withGaps(data.group_series, data.res);
     const groupKeys = ["lag", "max_lag", "avg_lag", "p95_lag"];
+    // p95 dotted: over a 10-s window of 10 samples it is the max, and a solid line on top
+    // would hide the max's.
     Plotly.react("chart-group-lag", groupKeys.map((k) => ({
-      x: g.t, y: g[k], name: k, mode: "lines" })), layout("chart-group-lag", "Group lag (sum over queues)",
+      x: g.t, y: g[k], name: k, mode: "lines", line: k === "p95_lag" ? { dash: "dot", width: 2.5 } : {} })), layout("chart-group-lag", "Group lag (sum over queues)",
       markers(data, "chart-group-lag"), groupKeys.length));
     Plotly.react("chart-time-lag", labels.map((q) => ({
       x: lines[q].t, y: lines[q].time_lag_ms, name: q, mode: "lines" })),
