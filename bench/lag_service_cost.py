@@ -99,6 +99,7 @@ def main() -> None:
             # Polled every ``--poll`` s (not once a slice: a poll locked to the slices' phase
             # would see the same age every time); a line per 10 s with the worst age in it.
             ages, bad, last_cpu, last_at, shown = [], 0, start_cpu, start_at, []
+            said = [len(lab.lines)]   # how many lines runlab had printed at each of the last 20 polls
             landings: dict[int, tuple[float, float]] = {}   # pass finished -> (s after its window's end, wall s)
             at = start_at
             while at <= start_at + args.seconds:
@@ -115,6 +116,10 @@ def main() -> None:
                     if age > 10:
                         print(f"  t={now - running:5.0f} s: {age:4.1f} s old; {late_why(Path(data), service_status)}",
                               flush=True)
+                        # What runlab said in the 20 s before (a failed offset poll skips a tick).
+                        for line in lab.lines[said[0]:][-5:]:
+                            print(f"    runlab: {line.rstrip()[:200]}", flush=True)
+                said = (said + [len(lab.lines)])[-20:]
                 if now - last_at >= 10:
                     cpu = tree_cpu_seconds(pid)
                     share = 100 * (cpu - last_cpu) / (now - last_at)
