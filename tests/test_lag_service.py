@@ -13,11 +13,12 @@ from dashboard.lag.service import LagService
 class FakeStream:
     def __init__(self, cost_s: float, clock: dict):
         self.cost_s, self.clock, self.passes = cost_s, clock, 0
+        self.state = "done"
 
     def run(self, params):
         self.passes += 1
         self.clock["cpu"] += self.cost_s
-        return JobResult("done", new_files=1)
+        return JobResult(self.state, new_files=1 if self.state == "done" else 0)
 
 
 def make_service(tmp_path, monkeypatch, cost_s: float, budget: float):
@@ -39,6 +40,18 @@ def test_a_pass_is_paced_by_its_cost_over_the_budget(tmp_path, monkeypatch):
     started = service.cpu.samples[-1][0]
     assert 19.0 <= service._not_before - started <= 21.0
     assert service.status["passes"] == 2 and service.status["newest_sample_ts"] == 1_000
+
+
+def test_the_cold_pass_is_not_charged_when_passes_before_it_found_nothing(tmp_path, monkeypatch):
+    service = make_service(tmp_path, monkeypatch, cost_s=0.01, budget=0.25)
+    service.stream.state = "no-recordings"   # started before the lab's first slice
+    service.pass_once()
+    service.pass_once()
+    service.stream.state, service.stream.cost_s = "done", 15.0   # the cold JVM's first fold
+    service.pass_once()
+    assert service._not_before == 0.0        # the next slice's pass is not held back ~40 s
+    service.pass_once()                      # from here on every pass is charged
+    assert service._not_before > service.cpu.samples[-1][0]
 
 
 def test_the_pace_is_capped(tmp_path, monkeypatch):

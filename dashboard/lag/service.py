@@ -12,7 +12,7 @@ slice of the default lab costs ~5 %) whatever a pass costs on this machine, and 
 dearer than its share (the JIT still warming up, a burst of events) does not hold back the
 next slice; a machine too slow for the budget only makes the history less fresh (the page
 says how far behind it is), up to a pass a minute.
-The first pass (a cold JVM and the backlog of a start) is not charged. It notices new slices by the
+The first pass that folds anything in (a cold JVM and the backlog of a start) is not charged. It notices new slices by the
 modification time of the current hour's snapshot directory, a stat every ``watch_s`` (50 ms:
 the slice is written ~1 s before its window ends, and the pass must land by then; a check
 costs ~50 us, 1 ms of CPU a second): no listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
@@ -111,6 +111,7 @@ class LagService:
         self.clock = clock
         self._credit, self._credit_at = 0.0, None   # the budget's bucket: CPU seconds, and when
         self._not_before = 0.0   # clock: the budget's earliest next pass
+        self._warm = False        # a pass has folded something in: the next ones are charged
         self.status = {"state": "running", "pid": None, "paused": None, "passes": 0, "last_pass": None,
                        "cpu_pct": None, "newest_sample_ts": None}
         self.stopping = threading.Event()
@@ -173,10 +174,13 @@ class LagService:
     def pass_once(self) -> None:
         cpu_before = tree_cpu_seconds(os.getpid())
         result = self.stream.run(self.params())
-        # The budget paces the steady state: the first pass (a cold JVM, the backlog of a
-        # start) is not charged.
-        if self.cpu_budget > 0 and self.status["passes"] > 0:
+        # The budget paces the steady state: the first pass that folds anything in (a cold
+        # JVM, the backlog of a start) is not charged. Passes before it found nothing (the
+        # service starts before the lab's first slice): charged that one would hold the next
+        # ~40 s of slices back, the history falling behind in the lab's first minute.
+        if self.cpu_budget > 0 and self._warm:
             self._charge(tree_cpu_seconds(os.getpid()) - cpu_before)
+        self._warm = self._warm or result.state == "done"
         resumed = self.status["state"] == "paused"
         newest = (self.job.load_state().get("stream") or {}).get("newest")
         self._write(state="running", paused=None, passes=self.status["passes"] + 1,
