@@ -88,6 +88,28 @@ def test_a_new_slice_wakes_the_wait_and_a_stop_ends_it(tmp_path, monkeypatch):
     assert service.stopping.is_set()
 
 
+def test_a_slice_written_while_a_pass_runs_wakes_the_next_pass(tmp_path, monkeypatch):
+    """A pass the period started just before the recorder wrote a slice lists the files
+    without it; the wait after that pass must not take the slice as already seen."""
+    service = make_service(tmp_path, monkeypatch, cost_s=0.0, budget=0.0)
+    hour = {"mark": ("before",)}
+    monkeypatch.setattr(service, "_watched", lambda: hour["mark"])
+    calls = []
+
+    def run(params):   # the slice lands while the pass runs, after it listed the files
+        calls.append(params)
+        hour["mark"] = ("after",)
+        if len(calls) == 2:
+            service.stopping.set()
+        return JobResult("done", new_files=1)
+
+    service.stream.run = run
+    loop = threading.Thread(target=service.run, daemon=True)
+    loop.start()
+    loop.join(timeout=10)   # period_s is 30 s: a second pass within 10 s came from the new slice
+    assert not loop.is_alive() and len(calls) == 2
+
+
 def test_the_relay_drops_only_a_retired_pyspark_workers_broken_pipe():
     import io
 

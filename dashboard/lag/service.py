@@ -127,6 +127,10 @@ class LagService:
         try:
             while not self.stopping.is_set():
                 backoff = 0.0
+                # Before the pass lists the recordings: a slice written while it runs (a pass
+                # the period started just before the slice) wakes the next pass at once; seen
+                # after it, that slice would wait for the next one - a window 10 s late.
+                seen = self._watched()
                 try:
                     self.pass_once()
                     failures = 0
@@ -141,7 +145,7 @@ class LagService:
                 if backoff:
                     self.stopping.wait(backoff)
                 else:
-                    self.wait_for_recordings()
+                    self.wait_for_recordings(seen)
         finally:
             self._write(state="stopped")
 
@@ -159,10 +163,11 @@ class LagService:
                 marks.append(None)
         return tuple(marks)
 
-    def wait_for_recordings(self) -> None:
-        """Until a new snapshot slice is written, ``period_s`` has passed, or a stop; never
-        before the CPU budget allows the next pass."""
-        seen, deadline = self._watched(), self.clock() + self.period_s
+    def wait_for_recordings(self, seen: tuple | None = None) -> None:
+        """Until a new snapshot slice is written (since ``seen``, a ``_watched()``; by default
+        now), ``period_s`` has passed, or a stop; never before the CPU budget allows the next pass."""
+        seen = self._watched() if seen is None else seen
+        deadline = self.clock() + self.period_s
         if self.stopping.wait(max(0.0, self._not_before - self.clock())):
             return
         while self._watched() == seen and self.clock() < deadline:
