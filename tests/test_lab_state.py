@@ -200,7 +200,8 @@ def test_rebalances_that_change_nothing_are_counted_per_consumer_not_kept_as_the
     assert group["noop_rebalances"] == {"c1": 1, "c2": 2}
     assert group["last_rebalance"]["reason"] == "joined"
     state.client_gone("c2", "stopped")
-    state.collect_garbage(state.clients["c2"].gone_at + 60, grace_s=60)
+    # Past the grace: gone_at + 60 - gone_at can come out a hair under 60 in floating point.
+    state.collect_garbage(state.clients["c2"].gone_at + 61, grace_s=60)
     assert state.snapshot()["groups"]["GID_LAB"]["noop_rebalances"] == {"c1": 1}
 
 
@@ -219,16 +220,17 @@ def test_gone_consumers_and_empty_groups_leave_after_the_grace_period():
     gone_at = state.clients["c3"].gone_at
     assert state.collect_garbage(gone_at + 59, grace_s=60) == []
     assert "c3" in state.snapshot()["groups"]["GID_LAB"]["clients"]
-    state.collect_garbage(gone_at + 60, grace_s=60)
+    # Past the grace (+61: gone_at + 60 - gone_at can come out a hair under 60 in floating point).
+    state.collect_garbage(gone_at + 61, grace_s=60)
     assert set(state.snapshot()["groups"]["GID_LAB"]["clients"]) == {"c1", "c2"}
     # The last members go: the group goes a grace period after it emptied (and the broker
     # lists nobody in it).
     for client_id in ("c1", "c2"):
         state.client_gone(client_id, "killed")
-    later = state.clients["c2"].gone_at + 60
+    later = state.clients["c2"].gone_at + 61
     assert state.collect_garbage(later, grace_s=60) == []          # empty from now on
     assert state.collect_garbage(later + 59, grace_s=60) == []
-    assert state.collect_garbage(later + 60, grace_s=60) == ["GID_LAB"]
+    assert state.collect_garbage(later + 61, grace_s=60) == ["GID_LAB"]
     assert state.snapshot()["groups"] == {}
 
 
