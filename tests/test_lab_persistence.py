@@ -1,5 +1,6 @@
 """The lab's state survives a restart of runlab (saved in the database) unless --fresh."""
 import json
+import time
 
 from .runlab import Server, logged_in, migrated_env, post, state, wait_for_three
 from .support import free_port, wait_until
@@ -15,6 +16,13 @@ def start(port, env, *extra):
 
 def live(group):
     return sorted(c for c, info in group["clients"].items() if info["status"] in ("running", "hung"))
+
+
+def final_rebalances(browser, port) -> dict:
+    """id -> (ts, moved) of GID_LAB's rebalances whose last hand-off is over 4 s old."""
+    now = time.time() * 1000
+    return {r["id"]: (r["ts"], r["moved"]) for r in state(browser, port)["groups"]["GID_LAB"]["handoffs"]["rebalances"]
+            if r.get("end_ts") is not None and now - r["end_ts"] > 4000}
 
 
 def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
@@ -36,8 +44,11 @@ def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
         # The switch moved queues: the hand-offs' 15-minute story, as it stands before the stop.
         wait_until(lambda: state(browser, port)["groups"]["GID_LAB"]["handoffs"]["totals"]["moved"] > 0,
                    timeout=15, message="a rebalance that moved queues")
+        # Compared are the rebalances already final: hand-offs within 3 s of a rebalance's last
+        # one still join it (one read right after the switch saw 15 moves, the stop saved 16).
+        wait_until(lambda: final_rebalances(browser, port), timeout=30, message="a rebalance final")
     finally:
-        before = {r["id"]: (r["ts"], r["moved"]) for r in state(browser, port)["groups"]["GID_LAB"]["handoffs"]["rebalances"]}
+        before = final_rebalances(browser, port)
         assert lab.stop() == 0, "".join(lab.lines)
 
     lab, browser = start(port, env)
