@@ -7,8 +7,9 @@ measures, with 1 KiB messages:
 1. remoting send: SEND_MESSAGE_V2 from one connection, --window requests in flight;
 2. remoting pull: PULL_MESSAGE (32 per pull) over the 8 queues until the backlog is read;
 3. each peer's push consumer draining the backlog in a fresh group: ali-ons (Node.js) and
-   rocketmq-client-cpp (peers/cpp_peer.py), where installed; each peer script prints one
-   JSON line per message, which is part of its cost;
+   rocketmq-client-cpp (peers/cpp_peer.py), where installed, in their ``count`` role: a
+   bare line per message, counted here - as our listener only counts (their ``consume``
+   role JSON-encodes each 1 KiB body, which cost ali-ons ~40 % of its CPU a message);
 4. our PushConsumer draining the same backlog in a fresh group, over gRPC, then over
    remoting (ClientConfig.namesrv) in another fresh group.
 
@@ -142,8 +143,7 @@ async def pull(addr: str, total: int, deadline: float) -> tuple[int, float]:
 
 class PeerConsumer:
     """A peer's consumer process, its stdout counted in lines (one per message after the
-    ready line), not parsed: reading 1 KiB JSON lines at peer speed would cost this process
-    more than the count needs."""
+    ready line), not parsed."""
 
     def __init__(self, argv: list[str], env: dict | None = None):
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
@@ -252,9 +252,9 @@ def main():
         pid = broker.proc.pid
         if not args.no_consumers:
             peers = [("ali-ons", ALI_ONS.is_dir(), "make node-peers",
-                      lambda: (["node", AliOns.SCRIPT, "consume", broker.namesrv, "GID_BENCH_ALI_ONS", TOPIC], None)),
+                      lambda: (["node", AliOns.SCRIPT, "count", broker.namesrv, "GID_BENCH_ALI_ONS", TOPIC], None)),
                      ("rocketmq-client-cpp", (CPP / "rocketmq" / "librocketmq.so").exists(), "make cpp-peer",
-                      lambda: Cpp._argv("consume", broker.namesrv, "GID_BENCH_CPP", TOPIC))]
+                      lambda: Cpp._argv("count", broker.namesrv, "GID_BENCH_CPP", TOPIC))]
             for name, installed, how, argv_env in peers:
                 if not installed:
                     print(f"{name} push consumer: not installed ({how})", flush=True)

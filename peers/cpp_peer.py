@@ -3,6 +3,8 @@ lab peer: one JSON object per line on stdout, like peers/ali_ons_peer.js.
 
     python peers/cpp_peer.py consume NAMESRV GROUP TOPIC   -> {"ready": true}, then per message
         {"id", "topic", "queue", "offset", "reconsume", "body"}; SIGTERM: shut down, exit 0
+    python peers/cpp_peer.py count NAMESRV GROUP TOPIC     -> the same, but a bare "." line per
+        message: what a benchmark counts, without JSON-encoding each body
     python peers/cpp_peer.py produce NAMESRV TOPIC COUNT    -> per message {"sent", "status",
         "offset"}, then {"done": COUNT}
 
@@ -22,7 +24,7 @@ def out(obj) -> None:
     sys.stdout.flush()
 
 
-def consume(namesrv: str, group: str, topic: str) -> None:
+def consume(namesrv: str, group: str, topic: str, count_only: bool = False) -> None:
     from rocketmq.client import PushConsumer
 
     consumer = PushConsumer(group)
@@ -40,7 +42,11 @@ def consume(namesrv: str, group: str, topic: str) -> None:
         out({"id": msg.id, "topic": msg.topic, "queue": msg.queue_id, "offset": msg.queue_offset,
              "reconsume": msg.reconsume_times, "body": msg.body.decode(errors="replace")})
 
-    consumer.subscribe(topic, on_message)
+    def on_message_counted(_msg):
+        sys.stdout.write(".\n")
+        sys.stdout.flush()
+
+    consumer.subscribe(topic, on_message_counted if count_only else on_message)
     consumer.start()
     _message_trace(consumer, False)
     out({"ready": True, "pid": os.getpid()})
@@ -77,10 +83,10 @@ def produce(namesrv: str, topic: str, count: int) -> None:
 
 if __name__ == "__main__":
     role, *args = sys.argv[1:] or [""]
-    if role == "consume" and len(args) == 3:
-        consume(*args)
+    if role in ("consume", "count") and len(args) == 3:
+        consume(*args, count_only=role == "count")
     elif role == "produce" and len(args) == 3:
         produce(args[0], args[1], int(args[2]))
     else:
-        sys.stderr.write("usage: cpp_peer.py consume NAMESRV GROUP TOPIC | produce NAMESRV TOPIC COUNT\n")
+        sys.stderr.write("usage: cpp_peer.py consume|count NAMESRV GROUP TOPIC | produce NAMESRV TOPIC COUNT\n")
         sys.exit(2)
