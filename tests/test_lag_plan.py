@@ -130,3 +130,52 @@ def test_listing_with_a_cache_lists_only_hours_written_to(tmp_path):
     got = list_recordings(tmp_path, SNAPSHOTS, cache)
     assert got == list_recordings(tmp_path, SNAPSHOTS) and new in got
     assert [k for k in cache if k.endswith("hour=10")] == [], "a pruned hour leaves the cache"
+
+
+class FakeConf:
+    """RuntimeConfig's get/set/unset over a dict (no Spark)."""
+
+    def __init__(self, **values):
+        self.values = dict(values)
+
+    def get(self, key, default):
+        return self.values.get(key, default)
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def unset(self, key):
+        self.values.pop(key, None)
+
+
+class FakeSession:
+    def __init__(self, **values):
+        self.conf = FakeConf(**values)
+
+
+def test_a_small_run_is_interpreted_and_the_session_gets_its_settings_back():
+    from dashboard.lag.spark import INTERPRETED, INTERPRETED_BELOW_ROWS, execution_mode
+
+    session = FakeSession()   # a lagjob process: Spark's defaults
+    with execution_mode(session, INTERPRETED_BELOW_ROWS - 1):
+        assert session.conf.values == INTERPRETED
+    assert session.conf.values == {}
+
+
+def test_a_large_run_compiles_even_in_the_lag_services_interpreted_session():
+    from dashboard.lag.spark import INTERPRETED, INTERPRETED_BELOW_ROWS, execution_mode
+
+    session = FakeSession(**INTERPRETED, **{"spark.sql.shuffle.partitions": "1"})
+    with execution_mode(session, INTERPRETED_BELOW_ROWS):
+        assert session.conf.values == {"spark.sql.shuffle.partitions": "1"}   # Spark's defaults: generated code
+    assert session.conf.values == {**INTERPRETED, "spark.sql.shuffle.partitions": "1"}
+
+
+def test_the_settings_come_back_when_the_run_fails():
+    from dashboard.lag.spark import INTERPRETED_BELOW_ROWS, execution_mode
+
+    session = FakeSession(**{"spark.sql.codegen.wholeStage": "true"})
+    with pytest.raises(RuntimeError):
+        with execution_mode(session, INTERPRETED_BELOW_ROWS - 1):
+            raise RuntimeError("the job failed")
+    assert session.conf.values == {"spark.sql.codegen.wholeStage": "true"}

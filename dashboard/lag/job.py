@@ -43,7 +43,7 @@ from .layout import DAY, STATE_FILE, TABLE_HAS_RES, list_recordings, partition_r
 from .plan import Idle, RunPlan, plan_run
 from .snapshot_tables import (aggregate_samples, compute_owner_windows, compute_queue_windows, group_windows_from,
                               per_ts_rows, queue_points)
-from .spark import spark_schema
+from .spark import execution_mode, spark_schema
 from .swap import swap_in
 from .table_columns import in_range
 from consumers_app import atomic
@@ -185,10 +185,24 @@ class LagJob:
         if isinstance(plan, Idle):
             return JobResult(plan.state, range_ms=plan.range_ms)
         self._advance("plan")
-        new, to_read, (lo, hi), (read_lo, read_hi) = plan.new, plan.to_read, plan.range_ms, plan.read_ms
+        new, to_read, (lo, hi) = plan.new, plan.to_read, plan.range_ms
         result = JobResult("done", range_ms=(lo, hi), new_files=sum(len(v) for v in new.values()),
                            files_read=sum(len(v) for v in to_read.values()))
         result.rows_read = self._count_rows(to_read[SNAPSHOTS])
+        with execution_mode(self.spark, result.rows_read):
+            self._compute_tables(p, plan, to_read, result)
+        if not p.targeted:
+            for kind in files:
+                state["processed"][kind].update(new[kind])
+            state["last_ts"] = max(state.get("last_ts") or 0, hi)
+            state["runs"] = state.get("runs", 0) + 1
+            self.save_state(state)
+        self._advance("commit")
+        return result
+
+    def _compute_tables(self, p: JobParams, plan: RunPlan, to_read: dict, result: JobResult) -> None:
+        """Every table of the plan's range, from its recordings (the job's steps after the plan)."""
+        (lo, hi), (read_lo, read_hi) = plan.range_ms, plan.read_ms
         spark = self.spark
         snapshots = self._read(spark, SNAPSHOTS, to_read[SNAPSHOTS], read_lo, read_hi, p.group)
         # Cached: three tables are made of them, and the log is hundreds of small files.
@@ -226,15 +240,6 @@ class LagJob:
             (self.out / "_staging").rmdir()  # empty once every table is swapped in
         except OSError:
             pass
-
-        if not p.targeted:
-            for kind in files:
-                state["processed"][kind].update(new[kind])
-            state["last_ts"] = max(state.get("last_ts") or 0, hi)
-            state["runs"] = state.get("runs", 0) + 1
-            self.save_state(state)
-        self._advance("commit")
-        return result
 
     @staticmethod
     def _forget_deleted(state: dict, files: dict) -> bool:

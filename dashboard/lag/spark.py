@@ -15,6 +15,7 @@ and writes plain paths, and renames the staged output itself.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -58,6 +59,43 @@ BASE_CONF = {
     # (both sides waiting, py-spy and jstack); a 64 x 256 stream pass went 2.1 -> 0.7 s wall.
     "spark.python.unix.domain.socket.enabled": "true",
 }
+
+
+# Spark's expressions interpreted, not compiled to Java per plan: a plan over few rows spends
+# more compiling its generated code (Janino, then the JIT) than running it. The lag service's
+# passes always run so; a batch run below INTERPRETED_BELOW_ROWS snapshot rows too (one new
+# minute with its look-back, 123k rows: 14.7-16.6 -> 13.1-13.7 s in a fresh JVM, 6.5 -> 5.2 s in
+# a warm one; at 1M rows it is even, 17.2 / 18.3 s, and 10M rows take 63 s interpreted against
+# 42 s: bench/lag_job.py).
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+INTERPRETED_BELOW_ROWS = 500_000
+
+
+@contextlib.contextmanager
+def execution_mode(session, rows: int):
+    """Run the block interpreted (INTERPRETED) if it reads fewer than INTERPRETED_BELOW_ROWS
+    rows, else with generated code; the session's own settings come back after it (the lag
+    service's batch fallback runs in the service's session). A Spark Connect server keeps
+    its own settings."""
+    if is_connect(session):
+        yield
+        return
+    wanted = INTERPRETED if rows < INTERPRETED_BELOW_ROWS else {key: None for key in INTERPRETED}
+    before = {key: session.conf.get(key, None) for key in wanted}
+    _set_confs(session, wanted)
+    try:
+        yield
+    finally:
+        _set_confs(session, before)
+
+
+def _set_confs(session, values: dict) -> None:
+    """Set each key, or unset it (Spark's default) where the value is None."""
+    for key, value in values.items():
+        if value is None:
+            session.conf.unset(key)
+        else:
+            session.conf.set(key, value)
 
 
 def is_connect(session) -> bool:

@@ -9,6 +9,8 @@ import signal
 
 from django.core.management.base import BaseCommand
 
+from dashboard.lag.spark import INTERPRETED
+
 # The service runs one plan again and again (stream.py): C1 alone compiles its few hot paths
 # soon and cheaply, where C2's extra tier kept compiling for minutes after start (a pass
 # after 10 warm ones: 0.85 s of CPU against 1.10 s with every tier, bench/lag_stream_pass.py,
@@ -22,8 +24,7 @@ SERVICE_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 PASS_CONF = {
     "spark.sql.shuffle.partitions": os.environ.get("LAG_SPARK_SHUFFLE_PARTITIONS", "1"),
     "spark.sql.adaptive.enabled": "false",
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    **INTERPRETED,
     "spark.sql.autoBroadcastJoinThreshold": "-1",
 }
 
