@@ -43,3 +43,24 @@ export function gapSpans(series, res) {
   }
   return spans;
 }
+
+// A heatmap's columns from the window ends it has (ISO, sorted), with an empty column at each
+// edge of a gap: plotly draws each cell out to halfway to its neighbours, so without them the
+// windows on either side of a gap would stretch over it, showing a status nobody measured.
+// The added columns match no window, so their cells stay empty.
+export function heatmapColumns(times, res) {
+  const step = RES_MS[res];
+  const out = [];
+  times.forEach((t, i) => {
+    if (i > 0 && step) {
+      const prev = Date.parse(times[i - 1]);
+      const next = Date.parse(t);
+      if (next - prev > step) {
+        out.push(new Date(prev + step).toISOString());
+        if (next - step > prev + step) out.push(new Date(next - step).toISOString());
+      }
+    }
+    out.push(t);
+  });
+  return out;
+}
