@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .history import LagHistory, int_or_none, ints_or_none, parse_time, to_iso
+from .report_gaps import gap_spans, heatmap_bricks, open_at_gaps
 from .status import STATUS_ORDER, worst
 
 CSV_COLUMNS = ["window_start", "window_end", "group", "topic", "broker", "queue_id", "broker_offset",
@@ -229,18 +230,28 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
     many_topics = rows["topic"].nunique() > 1 if len(rows) else False
     lag, time_lag = [], []
     status_z, labels = [], []
-    times = sorted(rows["window_end"].unique()) if len(rows) else []
-    iso = {t: to_iso(t) for t in times}
+    # The windows' size (every row of a report has one resolution), and every window end;
+    # the charts stay open where nothing was recorded (report_gaps.py).
+    step = (rows["window_end"] - rows["window_start"]).iloc[0] if len(rows) else pd.Timedelta(0)
+    times = [pd.Timestamp(t) for t in sorted(rows["window_end"].unique())] if len(rows) else []
+    columns, edges = heatmap_bricks(times, step)
     for (topic, broker, qid), g in rows.groupby(["topic", "broker", "queue_id"], sort=True):
         label = _queue_label(topic, broker, qid, many_topics)
-        x = [iso[t] for t in g["window_end"]]
-        lag.append({"type": "scatter", "x": x, "y": g["lag"].astype(int).tolist(), "mode": "lines", "name": label,
-                    "customdata": g["owner"].tolist(), "hovertemplate": "%{y} (owner %{customdata})"})
-        time_lag.append({"type": "scatter", "x": x, "y": ints_or_none(g["time_lag_ms"]), "mode": "lines",
-                         "name": label})
-        by_time = dict(zip(g["window_end"], g["status"]))
-        status_z.append([STATUS_ORDER.index(by_time[t]) if t in by_time else None for t in times])
+        x, y, owner, tl = open_at_gaps([pd.Timestamp(t) for t in g["window_end"]], step, g["lag"].astype(int).tolist(),
+                                       g["owner"].tolist(), ints_or_none(g["time_lag_ms"]))
+        x = [to_iso(t) for t in x]
+        lag.append({"type": "scatter", "x": x, "y": y, "mode": "lines", "name": label,
+                    "customdata": owner, "hovertemplate": "%{y} (owner %{customdata})"})
+        time_lag.append({"type": "scatter", "x": x, "y": tl, "mode": "lines", "name": label})
+        by_time = {pd.Timestamp(t): s for t, s in zip(g["window_end"], g["status"])}
+        status_z.append([STATUS_ORDER.index(by_time[t]) if t in by_time else None for t in columns])
         labels.append(label)
+    # Spans with no recordings, shaded in every chart: the axis's zero line through them
+    # would read as lag 0.
+    not_recorded = [{"type": "rect", "x0": to_iso(a), "x1": to_iso(b), "yref": "paper", "y0": 0, "y1": 1,
+                     "fillcolor": "#adb5bd", "opacity": 0.25, "line": {"width": 0}, "layer": "above",
+                     "label": {"text": "not recorded", "font": {"size": 10, "color": "#495057"},
+                               "textposition": "bottom center"}} for a, b in gap_spans(times, step)]
     shapes = [{"type": "line", "x0": r["end"], "x1": r["end"], "yref": "paper", "y0": 0, "y1": 1,
                "line": {"dash": "dot", "color": "#555"}} for r in rebalances]
     shapes += [{"type": "rect", "x0": f["start"], "x1": f["end"], "yref": "paper", "y0": 0, "y1": 1,
@@ -254,20 +265,27 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
                      "xanchor": "left", "yanchor": "bottom", "font": {"size": 9}} for f in faults]
     group = []
     if len(group_rows):
-        gx = [to_iso(t) for t in group_rows["window_end"]]
-        for col in ("lag", "max_lag", "avg_lag", "p95_lag"):
-            group.append({"type": "scatter", "x": gx, "y": [round(float(v), 3) for v in group_rows[col]],
-                          "mode": "lines", "name": col})
+        keys = ("lag", "max_lag", "avg_lag", "p95_lag")
+        gx, *gy = open_at_gaps([pd.Timestamp(t) for t in group_rows["window_end"]], step,
+                               *[[round(float(v), 3) for v in group_rows[col]] for col in keys])
+        gx = [to_iso(t) for t in gx]
+        for col, y in zip(keys, gy):
+            # p95 dotted: over a 10-s window of 10 samples it is the max, which a solid line hid.
+            group.append({"type": "scatter", "x": gx, "y": y, "mode": "lines", "name": col,
+                          **({"line": {"dash": "dot", "width": 2.5}} if col == "p95_lag" else {})})
     n = len(STATUS_ORDER) - 1
-    status = {"type": "heatmap", "z": status_z, "x": [iso[t] for t in times], "y": labels, "zmin": 0, "zmax": n,
+    status = {"type": "heatmap", "z": status_z, "x": [to_iso(t) for t in edges], "y": labels, "zmin": 0, "zmax": n,
               "colorscale": [[i / n, STATUS_COLORS[s]] for i, s in enumerate(STATUS_ORDER)],
               "colorbar": {"tickvals": list(range(n + 1)), "ticktext": STATUS_ORDER}}
     return [
         {"data": lag, "layout": {"title": {"text": "Lag per queue (messages)"}, "height": 380,
-                                 "shapes": shapes, "annotations": annotations}},
-        {"data": group, "layout": {"title": {"text": "Group lag (sum over queues)"}, "height": 320}},
-        {"data": time_lag, "layout": {"title": {"text": "Time lag per queue (ms behind)"}, "height": 320}},
-        {"data": [status], "layout": {"title": {"text": "Status per queue"}, "height": max(240, 24 * len(labels) + 120)}},
+                                 "shapes": shapes + not_recorded, "annotations": annotations}},
+        {"data": group, "layout": {"title": {"text": "Group lag (sum over queues)"}, "height": 320,
+                                   "shapes": not_recorded}},
+        {"data": time_lag, "layout": {"title": {"text": "Time lag per queue (ms behind)"}, "height": 320,
+                                      "shapes": not_recorded}},
+        {"data": [status], "layout": {"title": {"text": "Status per queue"}, "height": max(240, 24 * len(labels) + 120),
+                                      "shapes": not_recorded}},
     ]
 
 

@@ -6,7 +6,7 @@
 // marks' labels and the freshness line are history/marks.js (pure, unit-tested).
 import { el } from "./common/dom.js";
 import { fmt } from "./common/format.js";
-import { gapSpans, heatmapColumns, withGaps } from "./history/gaps.js";
+import { gapSpans, heatmapBricks, withGaps } from "./history/gaps.js";
 import { REBALANCE_COLOUR, faultMark, freshness, markLabels, rebalanceMark } from "./history/marks.js";
 
 const page = document.getElementById("history");
@@ -159,15 +159,15 @@ function start(root) {
     Plotly.react("chart-time-lag", labels.map((q) => ({
       x: lines[q].t, y: lines[q].time_lag_ms, name: q, mode: "lines" })),
       layout("chart-time-lag", "Time lag per queue (ms behind)", { shapes: gapShapes(data) }, labels.length));
-    // Empty columns at the edges of a gap keep its neighbours' cells from stretching over it.
-    const times = heatmapColumns(Array.from(new Set(labels.flatMap((q) => data.queues[q].t))).sort(), data.res);
+    // One brick per window, from its start to its end, and one empty brick per gap.
+    const bricks = heatmapBricks(Array.from(new Set(labels.flatMap((q) => data.queues[q].t))).sort(), data.res);
     const z = labels.map((q) => {
       const byT = {}; data.queues[q].t.forEach((t, i) => { byT[t] = STATUS.indexOf(data.queues[q].status[i]); });
-      return times.map((t) => (t in byT ? byT[t] : null));
+      return bricks.columns.map((t) => (t !== null && t in byT ? byT[t] : null));
     });
     const n = STATUS.length - 1;
     const status = layout("chart-status", "Status per queue", { shapes: gapShapes(data) });
-    Plotly.react("chart-status", [{ type: "heatmap", x: times, y: labels, z: z, zmin: 0, zmax: n,
+    Plotly.react("chart-status", [{ type: "heatmap", x: bricks.edges, y: labels, z: z, zmin: 0, zmax: n,
       colorscale: STATUS_COLORS.map((c, i) => [i / n, c]),
       colorbar: { tickvals: STATUS.map((_, i) => i), ticktext: STATUS } }],
       { ...status, height: Math.max(240, 24 * labels.length + 120), margin: { ...status.margin, l: labelMargin(labels) },

@@ -44,23 +44,23 @@ export function gapSpans(series, res) {
   return spans;
 }
 
-// A heatmap's columns from the window ends it has (ISO, sorted), with an empty column at each
-// edge of a gap: plotly draws each cell out to halfway to its neighbours, so without them the
-// windows on either side of a gap would stretch over it, showing a status nobody measured.
-// The added columns match no window, so their cells stay empty.
-export function heatmapColumns(times, res) {
+// A heatmap's bricks from the window ends it has (ISO, sorted): `columns` (a window's end, or
+// null for a span with no windows) and their `edges` (one more: plotly then draws each brick
+// exactly from its edge to the next, where from cell centres it stretches every cell halfway
+// to its neighbour - over a gap, a status nobody measured).
+export function heatmapBricks(times, res) {
   const step = RES_MS[res];
-  const out = [];
+  if (!step || !times.length) return { columns: [...times], edges: [] };
+  const columns = [];
+  const edges = [new Date(Date.parse(times[0]) - step).toISOString()];
   times.forEach((t, i) => {
-    if (i > 0 && step) {
-      const prev = Date.parse(times[i - 1]);
-      const next = Date.parse(t);
-      if (next - prev > step) {
-        out.push(new Date(prev + step).toISOString());
-        if (next - step > prev + step) out.push(new Date(next - step).toISOString());
-      }
+    const end = Date.parse(t);
+    if (i > 0 && end - Date.parse(times[i - 1]) > step) {
+      columns.push(null);
+      edges.push(new Date(end - step).toISOString());
     }
-    out.push(t);
+    columns.push(t);
+    edges.push(t);
   });
-  return out;
+  return { columns, edges };
 }

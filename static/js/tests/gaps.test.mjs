@@ -1,7 +1,7 @@
 // Lines of the history charts stay open across a gap in the recordings (history/gaps.js).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { gapSpans, heatmapColumns, withGaps } from "../history/gaps.js";
+import { gapSpans, heatmapBricks, withGaps } from "../history/gaps.js";
 
 const iso = (s) => new Date(Date.parse("2026-01-01T10:00:00Z") + s * 1000).toISOString();
 
@@ -33,11 +33,10 @@ test("a gap's span runs from the end of the window before it to the start of the
   assert.deepEqual(gapSpans({ t: [iso(60), iso(120)], lag: [5, 6] }, "1m"), []);
 });
 
-test("a heatmap gets an empty column at each edge of a gap, so no cell stretches over it", () => {
-  const times = [iso(10), iso(20), iso(3600), iso(3610)];
-  assert.deepEqual(heatmapColumns(times, "10s"), [iso(10), iso(20), iso(30), iso(3590), iso(3600), iso(3610)]);
-  // One window missing: one empty column between its neighbours.
-  assert.deepEqual(heatmapColumns([iso(10), iso(30)], "10s"), [iso(10), iso(20), iso(30)]);
-  assert.deepEqual(heatmapColumns([iso(60), iso(120)], "1m"), [iso(60), iso(120)]);
-  assert.deepEqual(heatmapColumns([], "10s"), []);
+test("a heatmap's bricks run from window start to end, a gap one empty brick", () => {
+  const { columns, edges } = heatmapBricks([iso(10), iso(20), iso(3600), iso(3610)], "10s");
+  assert.deepEqual(columns, [iso(10), iso(20), null, iso(3600), iso(3610)]);
+  assert.deepEqual(edges, [iso(0), iso(10), iso(20), iso(3590), iso(3600), iso(3610)]);
+  assert.deepEqual(heatmapBricks([iso(60), iso(120)], "1m"), { columns: [iso(60), iso(120)], edges: [iso(0), iso(60), iso(120)] });
+  assert.deepEqual(heatmapBricks([], "10s"), { columns: [], edges: [] });
 });
