@@ -233,17 +233,22 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
     # The windows' size (every row of a report has one resolution), and every window end;
     # the charts stay open where nothing was recorded (report_gaps.py).
     step = (rows["window_end"] - rows["window_start"]).iloc[0] if len(rows) else pd.Timedelta(0)
-    times = [pd.Timestamp(t) for t in sorted(rows["window_end"].unique())] if len(rows) else []
+    times = list(pd.DatetimeIndex(rows["window_end"].unique()).sort_values()) if len(rows) else []
+    iso = {t: to_iso(t) for t in times}   # once per window end, not per row (reports stay linear)
+
+    def iso_of(ts: list) -> list[str]:
+        return [iso[t] if t in iso else to_iso(t) for t in ts]   # a gap's null point is no window
+
     columns, edges = heatmap_bricks(times, step)
     for (topic, broker, qid), g in rows.groupby(["topic", "broker", "queue_id"], sort=True):
         label = _queue_label(topic, broker, qid, many_topics)
-        x, y, owner, tl = open_at_gaps([pd.Timestamp(t) for t in g["window_end"]], step, g["lag"].astype(int).tolist(),
+        x, y, owner, tl = open_at_gaps(list(g["window_end"]), step, g["lag"].astype(int).tolist(),
                                        g["owner"].tolist(), ints_or_none(g["time_lag_ms"]))
-        x = [to_iso(t) for t in x]
+        x = iso_of(x)
         lag.append({"type": "scatter", "x": x, "y": y, "mode": "lines", "name": label,
                     "customdata": owner, "hovertemplate": "%{y} (owner %{customdata})"})
         time_lag.append({"type": "scatter", "x": x, "y": tl, "mode": "lines", "name": label})
-        by_time = {pd.Timestamp(t): s for t, s in zip(g["window_end"], g["status"])}
+        by_time = dict(zip(g["window_end"], g["status"]))
         status_z.append([STATUS_ORDER.index(by_time[t]) if t in by_time else None for t in columns])
         labels.append(label)
     # Spans with no recordings, shaded in every chart: the axis's zero line through them
@@ -266,15 +271,15 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
     group = []
     if len(group_rows):
         keys = ("lag", "max_lag", "avg_lag", "p95_lag")
-        gx, *gy = open_at_gaps([pd.Timestamp(t) for t in group_rows["window_end"]], step,
+        gx, *gy = open_at_gaps(list(group_rows["window_end"]), step,
                                *[[round(float(v), 3) for v in group_rows[col]] for col in keys])
-        gx = [to_iso(t) for t in gx]
+        gx = iso_of(gx)
         for col, y in zip(keys, gy):
             # p95 dotted: over a 10-s window of 10 samples it is the max, which a solid line hid.
             group.append({"type": "scatter", "x": gx, "y": y, "mode": "lines", "name": col,
                           **({"line": {"dash": "dot", "width": 2.5}} if col == "p95_lag" else {})})
     n = len(STATUS_ORDER) - 1
-    status = {"type": "heatmap", "z": status_z, "x": [to_iso(t) for t in edges], "y": labels, "zmin": 0, "zmax": n,
+    status = {"type": "heatmap", "z": status_z, "x": iso_of(edges), "y": labels, "zmin": 0, "zmax": n,
               "colorscale": [[i / n, STATUS_COLORS[s]] for i, s in enumerate(STATUS_ORDER)],
               "colorbar": {"tickvals": list(range(n + 1)), "ticktext": STATUS_ORDER}}
     return [
