@@ -8,6 +8,9 @@ class SavedLab(models.Model):
 
     name = models.CharField(max_length=64, unique=True, default="default")
     scenario = models.JSONField()
+    # The number the lab's next consumer is named by (c<N>): names go on from here after a
+    # restart, so the history never shows two different consumers under one name.
+    next_client = models.PositiveIntegerField(default=1)
     saved_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -49,6 +49,7 @@ def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
         wait_until(lambda: final_rebalances(browser, port), timeout=30, message="a rebalance final")
     finally:
         before = final_rebalances(browser, port)
+        named = set(state(browser, port)["groups"]["GID_LAB"]["clients"])
         assert lab.stop() == 0, "".join(lab.lines)
 
     lab, browser = start(port, env)
@@ -61,6 +62,11 @@ def test_the_lab_comes_back_as_it_was_left_unless_fresh(tmp_path):
                     and sorted(group["clients"][c]["slow_ms"] for c in live(group)) == [0, 0, 0, 5]
                     and snap["producers"]["TopicTest"]["rate"] == 77)
         wait_until(restored, timeout=30, message="strategy, consumers, faults and producer rate restored")
+        # The restored consumers are new ones: their names go on from the last run's, so the
+        # history never shows two consumers under one name.
+        restarted = live(state(browser, port)["groups"]["GID_LAB"])
+        assert not set(restarted) & named, (named, restarted)
+        assert min(int(c[1:]) for c in restarted) > max(int(c[1:]) for c in named if c[1:].isdigit())
         # The last 15 minutes of hand-offs survive the restart, their overlaps ended.
         story = {r["id"]: r for r in state(browser, port)["groups"]["GID_LAB"]["handoffs"]["rebalances"]}
         assert {i: (r["ts"], r["moved"]) for i, r in story.items() if i in before} == before, (before, story)

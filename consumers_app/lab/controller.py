@@ -32,7 +32,6 @@ the few helpers every concern uses.
 """
 import asyncio
 import functools
-import itertools
 import logging
 from dataclasses import dataclass
 
@@ -103,7 +102,9 @@ class LabController(LabLifecycle, EventIntake, PollLoops, Recording, ActionHandl
             self.state.cluster = cluster
         self._channel: grpc.aio.Channel | None = None
         self._hosts: dict[str, WorkerLink] = {}       # client or producer id -> its worker
-        self._client_numbers = itertools.count(1)
+        # The number the next consumer's name takes (c<N>); a restored lab goes on from the
+        # saved one (LabMemory.next_client): a name is never given to two consumers.
+        self.next_client = 1
         self._watchers: dict[str, asyncio.Task] = {}
         self._placing = asyncio.Lock()   # concurrent starts must not each spawn a worker
         self._tasks: list[asyncio.Task] = []

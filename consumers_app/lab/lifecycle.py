@@ -38,10 +38,13 @@ class LabLifecycle:
         self._start_recorder()
         if self.disk_places is not None:
             self._tasks.append(asyncio.create_task(self._disk_loop(), name="lab-disk"))
+        if self.memory is not None:   # names go on from the last run's (a fresh one's are 1 on)
+            self.next_client = max(self.next_client, self.memory.next_client)
         if scenario is not None:
             await self.run_scenario(scenario)
         if self.memory is not None:
-            self._tasks.append(asyncio.create_task(self.memory.keep(self.desired_scenario), name="lab-memory"))
+            self._tasks.append(asyncio.create_task(self.memory.keep(self.desired_scenario, lambda: self.next_client),
+                                                   name="lab-memory"))
         if self.handoff_story is not None:
             self._tasks.append(asyncio.create_task(self.handoff_story.keep(self.handoff_stories), name="lab-handoffs"))
         # Only now: a request never interleaves with setting the scenario up.

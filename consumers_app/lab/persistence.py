@@ -1,9 +1,9 @@
 """The lab's state in the database, so a restarted runlab comes back as it was left;
 its hand-off story (the last 15 minutes) in a file under the data dir.
 
-The controller describes itself as a Scenario (``desired_scenario``); ``LabMemory``
-writes it when it changed (checked every ``interval`` seconds, so a burst of actions is
-one write) and reads it back at start-up.
+The controller describes itself as a Scenario (``desired_scenario``) and the number its
+next consumer's name takes; ``LabMemory`` writes them when they changed (checked every
+``interval`` seconds, so a burst of actions is one write) and reads them back at start-up.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class LabMemory:
         self.name = name
         self.interval = interval
         self._saved: dict | None = None
+        self.next_client = 1   # as saved (load): where the restarted lab's consumer names go on
 
     @sync_to_async
     def load(self) -> Scenario | None:
@@ -32,7 +33,8 @@ class LabMemory:
         row = SavedLab.objects.filter(name=self.name).first()
         if row is None:
             return None
-        self._saved = row.scenario
+        self._saved = {"scenario": row.scenario, "next_client": row.next_client}
+        self.next_client = row.next_client
         try:
             return Scenario.from_dict(row.scenario)
         except (TypeError, ValueError, AttributeError) as exc:   # written by another version
@@ -44,9 +46,11 @@ class LabMemory:
         from consumers_app.models import SavedLab
         SavedLab.objects.filter(name=self.name).delete()
         self._saved = None
+        self.next_client = 1
 
-    async def save(self, scenario: Scenario) -> bool:
-        data = scenario.to_dict()
+    async def save(self, scenario: Scenario, next_client: int = 1) -> bool:
+        # As the database gives it back (tuples become lists): a lab as loaded is not rewritten.
+        data = json.loads(json.dumps({"scenario": scenario.to_dict(), "next_client": next_client}))
         if data == self._saved:
             return False
         await self._write(data)
@@ -56,20 +60,21 @@ class LabMemory:
     @sync_to_async
     def _write(self, data: dict) -> None:
         from consumers_app.models import SavedLab
-        SavedLab.objects.update_or_create(name=self.name, defaults={"scenario": data})
+        SavedLab.objects.update_or_create(name=self.name, defaults=data)
 
-    async def keep(self, describe) -> None:
-        """Save ``describe()`` whenever it changes, until cancelled; a last save on the way out."""
+    async def keep(self, describe, next_client=lambda: 1) -> None:
+        """Save ``describe()`` and ``next_client()`` whenever they change, until cancelled; a
+        last save on the way out."""
         try:
             while True:
                 await asyncio.sleep(self.interval)
                 try:
-                    await self.save(describe())
+                    await self.save(describe(), next_client())
                 except Exception:  # noqa: BLE001 - the live lab matters more than its memory
                     log.exception("saving the lab state failed")
         except asyncio.CancelledError:
             try:
-                await asyncio.shield(self.save(describe()))
+                await asyncio.shield(self.save(describe(), next_client()))
             except Exception:  # noqa: BLE001
                 log.exception("saving the lab state on stop failed")
             raise

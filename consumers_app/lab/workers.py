@@ -37,7 +37,8 @@ class WorkerPlacement:
     async def _start_consumer(self, group_name: str) -> str:
         group = self.state.groups[group_name]
         link = await self._pick_worker()
-        proposed = f"c{next(self._client_numbers)}"
+        proposed = f"c{self.next_client}"
+        self.next_client += 1
         self._hosts[proposed] = link   # counted as load at once, so concurrent starts spread out
 
         def added(reply: dict) -> None:   # in stream order, as _apply_reply_snapshot

@@ -5,9 +5,11 @@ Per range, from the lag history (the lag job's tables, read with pyarrow):
 * lag: the average of the group's lag over the range's samples (``avg_lag`` of its 10-s
   windows), its 95th percentile over the 10-s windows' ``p95_lag``, and the largest lag;
 * time lag: the average at the windows' ends and the largest;
-* rebalances that moved queues (per consumer, as the charts mark them), the queues moved
-  (hand-offs) and the messages consumed twice because of them (the hand-offs' exact
-  duplicates, handoff.py), and the faults injected (strategy switches included).
+* rebalances that changed an assignment (per consumer, as the charts mark them: queues
+  taken or released, a start-up's from nobody included), the queues handed off from one
+  consumer to another and the messages consumed twice because of them (the hand-offs'
+  exact duplicates, handoff.py), and the faults injected (strategy switches included).
+  So a range holding a lab's start can count rebalances with no queue handed off.
 
 The same rows serve the history page and every report format (``/reports/compare.FMT``).
 """
@@ -141,8 +143,10 @@ thead th, tbody th {{ background: #f3f3f3; text-align: left; }}
 </style></head><body>
 <h1>Range comparison - group {html.escape(q.group)}</h1>
 <p>Lag from the 10-s windows of the lag history (avg over the samples, p95 of the windows' p95, max);
-time lag at the windows' ends; rebalances that moved queues, per consumer; queues moved and the
-messages consumed twice by those hand-offs (exact, from the consumers' own consumed offsets).</p>
+time lag at the windows' ends; rebalances that changed an assignment, per consumer (queues taken
+or released, a start-up's from nobody included); queues handed off from one consumer to another
+and the messages consumed twice by those hand-offs (exact, from the consumers' own consumed
+offsets).</p>
 <table><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>
 </body></html>
 """

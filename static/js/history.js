@@ -197,7 +197,7 @@ function start(root) {
 
   const COMPARE_ROWS = [["windows", "10-s windows"], ["lag_avg", "lag, average"], ["lag_p95", "lag, p95"], ["lag_max", "lag, max"],
     ["time_lag_avg_ms", "time lag, average (ms)"], ["time_lag_max_ms", "time lag, max (ms)"],
-    ["rebalances", "rebalances that moved queues"], ["queues_moved", "queues moved"], ["duplicates", "messages consumed twice"],
+    ["rebalances", "rebalances that changed an assignment"], ["queues_moved", "queues handed off between consumers"], ["duplicates", "messages consumed twice"],
     ["faults", "faults"], ["strategy_switches", "strategy switches"]];
 
   async function runCompare() {
