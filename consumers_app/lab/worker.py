@@ -184,18 +184,22 @@ class Worker:
         return {}
 
     async def shutdown_clients(self) -> None:
-        clients = [*self.consumers.values(), *self.producers.values()]
+        clients = {**self.consumers, **self.producers}
         self.consumers.clear()
         self.producers.clear()
-        try:
-            results = await asyncio.wait_for(
-                asyncio.gather(*(c.shutdown() for c in clients), return_exceptions=True), SHUTDOWN_TIMEOUT)
-        except asyncio.TimeoutError:
-            log.warning("worker %s: clients did not shut down within %gs", self.worker_id, SHUTDOWN_TIMEOUT)
+        if not clients:
             return
-        for result in results:
-            if isinstance(result, Exception):
-                log.warning("worker %s: shutdown failed: %r", self.worker_id, result)
+        tasks = {asyncio.ensure_future(client.shutdown()): name for name, client in clients.items()}
+        done, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_TIMEOUT)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("worker %s: %s's shutdown failed: %r", self.worker_id, tasks[task], task.exception())
+        if pending:   # named: which client's goodbye (persist, unregister) did not get through
+            log.warning("worker %s: %s did not shut down within %gs", self.worker_id,
+                        ", ".join(sorted(tasks[task] for task in pending)), SHUTDOWN_TIMEOUT)
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=1.0)
 
 
 def run(controller_address: str, worker_id: str, adapters: str = "consumers_app.lab.clients") -> None:
