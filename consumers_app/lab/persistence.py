@@ -48,7 +48,7 @@ class LabMemory:
         self._saved = None
         self.next_client = 1
 
-    async def save(self, scenario: Scenario, next_client: int = 1) -> bool:
+    async def save(self, scenario: Scenario, next_client: int) -> bool:
         # As the database gives it back (tuples become lists): a lab as loaded is not rewritten.
         data = json.loads(json.dumps({"scenario": scenario.to_dict(), "next_client": next_client}))
         if data == self._saved:
@@ -62,7 +62,7 @@ class LabMemory:
         from consumers_app.models import SavedLab
         SavedLab.objects.update_or_create(name=self.name, defaults=data)
 
-    async def keep(self, describe, next_client=lambda: 1) -> None:
+    async def keep(self, describe, next_client) -> None:
         """Save ``describe()`` and ``next_client()`` whenever they change, until cancelled; a
         last save on the way out."""
         try:

@@ -8,12 +8,18 @@ from __future__ import annotations
 import pandas as pd
 
 
+def _after_gap(times: list, step: pd.Timedelta) -> set[int]:
+    """The indices of the windows that follow a gap (the one before ended over a window earlier)."""
+    return {i for i in range(1, len(times)) if times[i] - times[i - 1] > step}
+
+
 def open_at_gaps(times: list, step: pd.Timedelta, *columns: list) -> tuple[list, ...]:
     """``times`` and each column with a null point (at the missing window's end) wherever the
     next window is more than one window later: the line stays open there."""
+    gaps = _after_gap(times, step)
     out_times, out_columns = [], [[] for _ in columns]
     for i, t in enumerate(times):
-        if i and t - times[i - 1] > step:
+        if i in gaps:
             out_times.append(times[i - 1] + step)
             for out in out_columns:
                 out.append(None)
@@ -30,9 +36,10 @@ def heatmap_bricks(times: list, step: pd.Timedelta) -> tuple[list, list]:
     halfway to its neighbour, over a gap too."""
     if not times:
         return [], []
+    gaps = _after_gap(times, step)
     columns, edges = [], [times[0] - step]
     for i, t in enumerate(times):
-        if i and t - times[i - 1] > step:
+        if i in gaps:
             columns.append(None)
             edges.append(t - step)
         columns.append(t)
@@ -43,4 +50,4 @@ def heatmap_bricks(times: list, step: pd.Timedelta) -> tuple[list, list]:
 def gap_spans(times: list, step: pd.Timedelta) -> list[tuple]:
     """(from, to) of each span with no window: from the end of the window before the gap to
     the start of the one after it."""
-    return [(times[i - 1], t - step) for i, t in enumerate(times) if i and t - times[i - 1] > step]
+    return [(times[i - 1], times[i] - step) for i in sorted(_after_gap(times, step))]
