@@ -205,6 +205,34 @@ def test_a_rebalance_ending_minutes_after_its_start_keeps_its_start(tmp_path, sp
     assert_same_tables(tmp_path / "lag", batch)
 
 
+def test_a_pass_makes_only_the_event_tables_its_events_change(tmp_path, spark):
+    """A slice whose only table events are periodic rebalances (a steady lab's every slice)
+    makes no flow-control or marks rows (stream.EVENT_TABLE_TYPES), and the tables still
+    equal the batch's: the rows it did not make are the ones an earlier pass wrote."""
+    job, stream, recorder, late = streaming_into(tmp_path, spark)
+    results = []
+    for first in range(0, 40, 10):   # the scenario's flow control at t=30..34
+        record_slice(recorder, first, first + 10, late)
+        results.append(stream.run(PARAMS))
+    for first in range(40, 60, 10):
+        ts = scenario.T0 + first * 1000 + 5_000
+        for client in ("c1", "c2"):
+            recorder.add_event(event_from_dict({"ts": ts, "type": "rebalance", "group": scenario.GROUP,
+                                                "client_id": client, "phase": "end", "reason": "periodic",
+                                                "duration_ms": 3}))
+        record_slice(recorder, first, first + 10, late)
+        results.append(stream.run(PARAMS))
+    recorder.close()
+    assert table_rows(tmp_path / "lag", "flow_control").shape[0], "the scenario's flow control is in the table"
+    assert results[3].windows["flow_control"] > 0, "the slice with flow control made its windows"
+    for result in results[4:]:
+        assert result.state == "done" and result.windows["rebalances"] == 2, result.windows
+        assert result.windows["flow_control"] == 0 and result.windows["marks"] == 0, result.windows
+    batch = tmp_path / "batch"
+    LagJob(tmp_path / "recordings", batch, spark=spark).run(PARAMS)
+    assert_same_tables(tmp_path / "lag", batch)
+
+
 def test_a_pass_upserts_the_queue_and_group_windows_before_the_event_tables(tmp_path, spark, monkeypatch):
     """What the history's freshness is read from lands first (stream.PASS_STAGES): each
     table's rows are upserted as soon as its stage has made them."""
@@ -218,10 +246,12 @@ def test_a_pass_upserts_the_queue_and_group_windows_before_the_event_tables(tmp_
         order.append("pass")
         assert stream.run(PARAMS).state == "done"
     recorder.close()
-    passes = [p.split(",") for p in ",".join(order).split("pass,") if "upserted rebalances" in p]
-    assert passes, f"no pass upserted rebalances: {order}"
+    event_tables = ("upserted rebalances", "upserted flow_control", "upserted marks")
+    passes = [p.split(",") for p in ",".join(order).split("pass,") if any(t in p for t in event_tables)]
+    assert passes, f"no pass upserted an event table: {order}"
     for upserts in passes:
-        assert upserts.index("upserted group_windows") < upserts.index("upserted rebalances"), upserts
+        first_event_table = min(upserts.index(t) for t in event_tables if t in upserts)
+        assert upserts.index("upserted group_windows") < first_event_table, upserts
         assert upserts.index("upserted queue_windows") < upserts.index("upserted group_windows"), upserts
 
 

@@ -16,7 +16,10 @@ from .layout import RESOLUTIONS
 from .table_columns import with_partitions
 
 # The event types the tables are made of (the log holds more: consume, process queue, ...).
-TABLE_EVENT_TYPES = ("rebalance", "flow_control", "fault", "handoff")
+# Each event table and the event types it is made of (a stream pass makes only the tables
+# its new events can change).
+EVENT_TABLE_TYPES = {"rebalances": ("rebalance",), "flow_control": ("flow_control",), "marks": ("fault", "handoff")}
+TABLE_EVENT_TYPES = tuple(t for types in EVENT_TABLE_TYPES.values() for t in types)
 
 
 def table_events(events):

@@ -65,7 +65,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import tail
-from .event_tables import TABLE_EVENT_TYPES, compute_flow_control, compute_marks, compute_rebalances, table_events
+from .event_tables import (EVENT_TABLE_TYPES, TABLE_EVENT_TYPES, compute_flow_control, compute_marks, compute_rebalances,
+                           table_events)
 from .job import JobParams, JobResult, LagJob
 from .layout import MINUTE, TABLE_HAS_RES, list_recordings
 from .snapshot_tables import (POINT_COLUMNS, QUEUE_KEYS, aggregate_samples, compute_owner_windows, compute_queue_windows,
@@ -150,7 +151,7 @@ class LagStream:
         # the next as in-memory relations - no file scans, footers or broadcasts per pass.
         self._state_tables: tuple = (None, {})
         self._slice: dict = {}   # (kind, rel) -> the new file's rows, read once by _inspect
-        # The pass's queries (with_events -> FoldQuery), planned once and run again each pass
+        # The pass's queries (its event outputs -> FoldQuery), planned once and run again each pass
         # over other files (stream_input.py); False where that cannot be (Spark Connect, a
         # cluster, a plan with exchanges).
         self._queries: dict = {}
@@ -215,8 +216,12 @@ class LagStream:
         keep_from = newest - reach.horizon_ms
         old_state = self._state_arrow(stream)
         # A slice without events any table is made of (a steady lab's) folds in its snapshots
-        # only: the events state stays what it was (fewer inputs, a smaller plan).
-        with_events = lows[EVENTS] is not None
+        # only: the events state stays what it was (fewer inputs, a smaller plan); one with
+        # events makes only the event tables its events can change (EVENT_TABLE_TYPES: the
+        # others' rows would come out as they are - a steady lab's periodic rebalances need no
+        # flow-control or marks query).
+        outputs = self._event_outputs(new)
+        with_events = bool(outputs)
         cuts = Cuts.of(lows[SNAPSHOTS], lows[EVENTS])
         # Only a pass with events reads them (and the last rebalances before their cut).
         last_rebalance = (rebalances_before(old_state["events"], old_state["last_rebalance"], cuts.events)
@@ -232,7 +237,7 @@ class LagStream:
             if "group_windows" in tables and not landed:
                 landed.append(int(time.time() * 1000))
 
-        rows = self._run_fold(spark, new, stream, p, with_events, cuts, last_rebalance, land)
+        rows = self._run_fold(spark, new, stream, p, outputs, cuts, last_rebalance, land)
         if not with_events:   # the state's events pass on unread (their cut is NEVER)
             rows["events"] = _empty_events()
         result = next_state(rows, keep_from, old_state["last_rebalance"] if old_state else None, cuts, old_state)
@@ -302,13 +307,15 @@ class LagStream:
         self.job.save_state(state)
         return stream
 
-    def _run_fold(self, spark, new: dict, stream: dict, p: JobParams, with_events: bool,
+    def _run_fold(self, spark, new: dict, stream: dict, p: JobParams, outputs: frozenset,
                   cuts: Cuts, last_rebalance: pa.Table, land) -> dict[str, pa.Table]:
         """Every stage's rows for the new files and the state (``last_rebalance``: what the
-        query reads for it, rebalances_before's), ``land(made)`` called with each stage's
-        own as soon as it has made them: with the queries planned once where they can be,
-        else planned for this pass over in-memory relations."""
-        stages = self._reusable_queries(spark, p, with_events)
+        query reads for it, rebalances_before's; ``outputs``: the event tables to make),
+        ``land(made)`` called with each stage's own as soon as it has made them: with the
+        queries planned once where they can be, else planned for this pass over in-memory
+        relations."""
+        with_events = bool(outputs)
+        stages = self._reusable_queries(spark, p, outputs)
         if stages is not None:
             base = self.out / STREAM_DIR / stream["state"] if stream.get("state") else None
             manifest = {f"new/{kind}": [str(self.job.recordings / rel) for rel in new[kind]] for kind in new}
@@ -345,7 +352,7 @@ class LagStream:
         state = self._state_frames(spark, stream, cuts)
         if state is not None:
             state["last_rebalance"] = _frame(spark, last_rebalance, self._state_schemas.get("last_rebalance"))
-        frames = fold_plan(spark, self.job, inputs, state, p, with_events)
+        frames = fold_plan(spark, self.job, inputs, state, p, outputs)
         if with_events:
             self._state_schemas = _state_schemas(frames)
         return run_stages(spark, frames, land)
@@ -356,16 +363,16 @@ class LagStream:
     def _stage_path(self, name: str):
         return self.out / f"_stream_stage_{name}.parquet"
 
-    def _reusable_queries(self, spark, p: JobParams, with_events: bool) -> "list[FoldQuery] | None":
+    def _reusable_queries(self, spark, p: JobParams, outputs: frozenset) -> "list[FoldQuery] | None":
         """The pass's queries (its stages) over stream_input leaves, planned once per session,
-        params and variant. Only a local classic session: a Connect server or a cluster's
+        params and variant (the event tables it makes). Only a local classic session: a Connect server or a cluster's
         executors may not import this project (they get in-memory relations instead). Only
         plans without exchanges: a second run of a plan reuses its shuffle outputs (stale rows)."""
         key = (id(spark), repr(p))
-        queries = self._queries.get(with_events)
+        queries = self._queries.get(outputs)
         if queries is False or (queries is not None and queries[0].key == key):
             return queries or None
-        self._queries[with_events] = False
+        self._queries[outputs] = False
         if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
             return None
         try:
@@ -384,7 +391,7 @@ class LagStream:
             # The state's events come through the new events' leaf (_run_fold lists both): a leaf is
             # read once per use, and the events have six uses.
             state["events"] = spark.createDataFrame([], schemas["events"])
-            frames = fold_plan(spark, self.job, inputs, state, p, with_events)
+            frames = fold_plan(spark, self.job, inputs, state, p, outputs)
             queries, stage_schemas = [], _stage_schemas(frames)
             for stage in PASS_STAGES:
                 made = stage_frames(stage, frames, lambda name: leaf(f"stage/{name}", stage_schemas[name]))
@@ -398,7 +405,7 @@ class LagStream:
             log.warning("lag stream: planning each pass (the query has exchanges)")
             log.debug("%s", plans)
             return None
-        self._queries[with_events] = queries
+        self._queries[outputs] = queries
         return queries
 
     def _state_arrow(self, stream: dict) -> dict | None:
@@ -437,6 +444,15 @@ class LagStream:
         scratch.rename(self.out / STREAM_DIR / name)
         self._state_tables = (name, {table: result[table] for table in STATE_TABLES})
         return name
+
+    def _event_outputs(self, new: dict) -> frozenset:
+        """The event tables (EVENT_TABLE_TYPES) the new event files' rows can change."""
+        present = set()
+        for rel in new[EVENTS]:
+            table = self._slice.get((EVENTS, rel))
+            if table is not None:
+                present.update(pc.unique(table["type"]).to_pylist())
+        return frozenset(name for name, types in EVENT_TABLE_TYPES.items() if present.intersection(types))
 
     def _inspect(self, new: dict) -> tuple[dict, list]:
         """Per kind, rel -> (min ts, max ts, rows, min ts of the rows tables are made of) of
@@ -534,11 +550,13 @@ def _one(df):
     return df.coalesce(1)
 
 
-def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, with_events: bool = True) -> dict:
+def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams,
+              outputs: frozenset = frozenset(EVENT_TABLE_TYPES)) -> dict:
     """name -> DataFrame: every row the state and the new recordings (kind -> DataFrame)
     make, for each table and for the next state; ``emitted`` keeps those a pass writes. Nothing
-    of one pass (its times) is in the plan, so one plan serves every pass. Without
-    ``with_events``, only what the snapshots make (no event input, no "events" state)."""
+    of one pass (its times) is in the plan, so one plan serves every pass. Of the event
+    tables, only ``outputs`` (EVENT_TABLE_TYPES' names); with none, only what the snapshots make
+    (no event input, no "events" state)."""
     from pyspark.sql import functions as F
 
     state = {name: _one(frame) for name, frame in (state or _empty_state(spark, job)).items()}
@@ -553,15 +571,16 @@ def fold_plan(spark, job: LagJob, new: dict, state: dict | None, p: JobParams, w
               .groupBy("group", "ts").agg(F.sum("lag").alias("lag"), F.sum("queues").alias("queues")))
     points = queue_points(points.withColumn("_kind", F.lit("q")), p, carried=True)
     frames = {"points": points.select(*QUEUE_KEYS, "ws", *POINT_COLUMNS, *CARRIED), "owners": owners, "per_ts": per_ts}
-    if with_events:
+    if outputs:
         events = _one(table_events(new[EVENTS]))
         every_event = _one(state["events"].unionByName(events))
-        frames.update({
-            "rebalances": compute_rebalances(state["last_rebalance"].unionByName(every_event)),
-            "flow_control": compute_flow_control(every_event),
-            "marks": compute_marks(every_event, with_event_ts=True),
-            "events": every_event,
-        })
+        frames["events"] = every_event
+        if "rebalances" in outputs:
+            frames["rebalances"] = compute_rebalances(state["last_rebalance"].unionByName(every_event))
+        if "flow_control" in outputs:
+            frames["flow_control"] = compute_flow_control(every_event)
+        if "marks" in outputs:
+            frames["marks"] = compute_marks(every_event, with_event_ts=True)
     return frames
 
 
