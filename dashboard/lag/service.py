@@ -55,23 +55,51 @@ def service_status(lag_dir: Path) -> dict:
     return data
 
 
+class TreeCpu:
+    """CPU seconds a process tree has used (user + system, from /proc): every process under
+    the root, each counted by its own times; one gone since the last reading keeps counting
+    with what it had then. Not through the parents' cutime: Spark's Python daemon ignores
+    SIGCHLD, so the kernel drops its workers' times when they exit - read that way, the sum
+    fell whenever an idle worker was retired (a negative share, a pass charged too little).
+    A process born and gone between two readings is not seen (the service reads before and
+    after each pass)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._seen: dict[tuple[int, int], float] = {}   # (pid, start time) -> its CPU seconds
+        self._gone = 0.0
+        self._lock = threading.Lock()
+
+    def seconds(self) -> float:
+        tick = os.sysconf("SC_CLK_TCK")
+        now, todo = {}, [self.pid]
+        while todo:
+            current = todo.pop()
+            try:
+                with open(f"/proc/{current}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                now[(current, int(fields[19]))] = (int(fields[11]) + int(fields[12])) / tick   # utime stime
+                for task in os.listdir(f"/proc/{current}/task"):
+                    with open(f"/proc/{current}/task/{task}/children") as f:
+                        todo += [int(c) for c in f.read().split()]
+            except OSError:
+                continue   # gone meanwhile
+        with self._lock:
+            self._gone += sum(cpu for key, cpu in self._seen.items() if key not in now)
+            self._seen = now
+            return self._gone + sum(now.values())
+
+
+_trees: dict[int, TreeCpu] = {}
+
+
 def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and every descendant (its JVM, Spark's Python
-    workers), from /proc; descendants that have exited count through their parent's."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            with open(f"/proc/{current}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += sum(int(f) for f in fields[11:15]) / tick   # utime stime cutime cstime
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except OSError:
-            continue   # gone meanwhile
-    return total
+    """TreeCpu's reading of ``pid``'s tree (one tracker per root: each reading counts the
+    processes gone since the one before, whoever asked)."""
+    tree = _trees.get(pid)
+    if tree is None:
+        tree = _trees.setdefault(pid, TreeCpu(pid))
+    return tree.seconds()
 
 
 class CpuShare:
