@@ -9,6 +9,8 @@ import time
 
 from dashboard.lag.service import TreeCpu
 
+from .support import wait_until
+
 # A "daemon" like pyspark's: SIGCHLD ignored, a child that burns CPU, says so, and exits
 # when its stdin closes.
 DAEMON = textwrap.dedent("""
@@ -25,13 +27,6 @@ DAEMON = textwrap.dedent("""
 """)
 
 
-def wait_for(condition, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_a_child_of_a_sigchld_ignoring_parent_keeps_counting_after_it_exits():
     daemon = subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -43,7 +38,7 @@ def test_a_child_of_a_sigchld_ignoring_parent_keeps_counting_after_it_exits():
         with_child = meter.seconds()
         assert with_child >= 0.25, with_child
         daemon.stdin.close()   # the child exits; auto-reaped, its times reach no cutime
-        wait_for(lambda: not os.path.exists(f"/proc/{child}"), "the child to be gone")
+        wait_until(lambda: not os.path.exists(f"/proc/{child}"), timeout=20, message="the child to be gone")
         assert meter.seconds() >= with_child
     finally:
         daemon.kill()
