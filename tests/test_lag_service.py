@@ -21,13 +21,15 @@ class FakeStream:
         return JobResult(self.state, new_files=1 if self.state == "done" else 0)
 
 
-def make_service(tmp_path, monkeypatch, cost_s: float, budget: float):
+def make_service(tmp_path, monkeypatch, cost_s: float, budget: float, warmup_s: float = 0.0, monotonic=None):
     clock = {"cpu": 0.0}
     monkeypatch.setattr(service_module, "tree_cpu_seconds", lambda pid: clock["cpu"])
     job = SimpleNamespace(out=tmp_path / "lag", recordings=tmp_path / "recordings",
                           load_state=lambda: {"stream": {"newest": 1_000}})
     (tmp_path / "lag").mkdir()
-    service = LagService(job, JobParams, period_s=30.0, watch_s=0.01, cpu_budget=budget, max_pace_s=60.0)
+    timing = {} if monotonic is None else {"clock": monotonic}
+    service = LagService(job, JobParams, period_s=30.0, watch_s=0.01, cpu_budget=budget, max_pace_s=60.0,
+                         warmup_s=warmup_s, **timing)
     service.stream = FakeStream(cost_s, clock)
     return service
 
@@ -52,6 +54,22 @@ def test_the_cold_pass_is_not_charged_when_passes_before_it_found_nothing(tmp_pa
     assert service._not_before == 0.0        # the next slice's pass is not held back ~40 s
     service.pass_once()                      # from here on every pass is charged
     assert service._not_before > service.cpu.samples[-1][0]
+
+
+def test_the_first_minutes_of_folding_are_not_charged(tmp_path, monkeypatch):
+    now = {"t": 1000.0}
+    service = make_service(tmp_path, monkeypatch, cost_s=5.0, budget=0.10, warmup_s=120.0,
+                           monotonic=lambda: now["t"])
+    service.stream.state = "no-recordings"   # before the lab's first slice: the warm-up has not begun
+    service.pass_once()
+    now["t"] += 200.0
+    service.stream.state = "done"
+    for _ in range(12):                      # the JIT's first two minutes: a dear pass every 10 s
+        service.pass_once()
+        assert service._not_before == 0.0
+        now["t"] += 10.0
+    service.pass_once()                      # 120 s after the first fold: charged from here on
+    assert service._not_before - now["t"] >= 40.0   # 5 CPU s at 10 %, less the 2 s of burst
 
 
 def test_the_pace_is_capped(tmp_path, monkeypatch):

@@ -12,8 +12,11 @@ slice of the default lab costs ~5 %) whatever a pass costs on this machine, and 
 dearer than its share (the JIT still warming up, a burst of events) does not hold back the
 next slice; a machine too slow for the budget only makes the history less fresh (the page
 says how far behind it is), up to a pass a minute.
-The first pass that folds anything in (a cold JVM and the backlog of a start) is not charged. It notices new slices by the
-modification time of the current hour's snapshot directory, a stat every ``watch_s`` (50 ms:
+The warm-up is not charged: the first pass that folds anything in (a cold JVM and the backlog
+of a start) and those of the ``warmup_s`` (2 minutes) after it, while the JIT compiles.
+
+It notices new slices by the modification time of the current hour's snapshot directory,
+a stat every ``watch_s`` (50 ms:
 the slice is written ~1 s before its window ends, and the pass must land by then; a check
 costs ~50 us, 1 ms of CPU a second): no listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
 
@@ -122,7 +125,8 @@ class LagService:
     def __init__(self, job: LagJob, params: Callable[[], JobParams], *, period_s: float = 10.0,
                  watch_s: float = 0.05, max_backoff_s: float = 120.0, say: Callable[[str], None] = print,
                  verbose: bool = True, cpu_window_s: float = 120.0, cpu_budget: float = 0.25,
-                 max_pace_s: float = 60.0, burst_s: float = 20.0, clock: Callable[[], float] = time.monotonic):
+                 max_pace_s: float = 60.0, burst_s: float = 20.0, warmup_s: float = 120.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.job = job
         self.stream = LagStream(job)
         self.params = params   # read per pass: a bad setting pauses the service, it does not end it
@@ -136,10 +140,11 @@ class LagService:
         self.cpu_budget = cpu_budget
         self.max_pace_s = max_pace_s
         self.burst_s = burst_s
+        self.warmup_s = warmup_s
         self.clock = clock
         self._credit, self._credit_at = 0.0, None   # the budget's bucket: CPU seconds, and when
         self._not_before = 0.0   # clock: the budget's earliest next pass
-        self._warm = False        # a pass has folded something in: the next ones are charged
+        self._warm_from = None    # clock: the first pass that folded something in
         self.status = {"state": "running", "pid": None, "paused": None, "passes": 0, "last_pass": None,
                        "cpu_pct": None, "newest_sample_ts": None}
         self.stopping = threading.Event()
@@ -207,13 +212,17 @@ class LagService:
     def pass_once(self) -> None:
         cpu_before = tree_cpu_seconds(os.getpid())
         result = self.stream.run(self.params())
-        # The budget paces the steady state: the first pass that folds anything in (a cold
-        # JVM, the backlog of a start) is not charged. Passes before it found nothing (the
-        # service starts before the lab's first slice): charged that one would hold the next
-        # ~40 s of slices back, the history falling behind in the lab's first minute.
-        if self.cpu_budget > 0 and self._warm:
+        # The budget paces the steady state, not the warm-up: neither the first pass that folds
+        # anything in (a cold JVM, the backlog of a start; passes before it found nothing, the
+        # service starting before the lab's first slice) nor those of the ``warmup_s`` after it
+        # (the JIT still compiling the passes' paths: each costs 2-4x a warm one) are charged.
+        # Charged, they would hold the history 35-45 s behind for the first minutes after every
+        # restart - what a user looks at first.
+        now = self.clock()
+        if self.cpu_budget > 0 and self._warm_from is not None and now - self._warm_from >= self.warmup_s:
             self._charge(tree_cpu_seconds(os.getpid()) - cpu_before)
-        self._warm = self._warm or result.state == "done"
+        if self._warm_from is None and result.state == "done":
+            self._warm_from = now
         resumed = self.status["state"] == "paused"
         newest = (self.job.load_state().get("stream") or {}).get("newest")
         self._write(state="running", paused=None, passes=self.status["passes"] + 1,
