@@ -2,7 +2,7 @@
 page draws them (static/js/history/gaps.js). Plotly joins the points either side of a gap
 unless a null lies between them, stretches a heatmap's cells halfway to their neighbours,
 and runs the axis's zero line through an empty span - each would show lag or a status
-nobody measured. Times are the windows' ends (pandas Timestamps), ``step`` their size."""
+nobody measured. Times are the windows' ends (ms counts or Timestamps), ``step`` their size."""
 from __future__ import annotations
 
 import pandas as pd

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -162,20 +163,22 @@ def flow_control_list(history: LagHistory, q: ReportQuery) -> list[dict]:
 
 
 def _iso_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """The window times as to_iso writes them, formatted a column at a time (a call per
-    value was most of a long CSV report's time)."""
+    """The window times as to_iso writes them, formatted a column at a time by numpy (a call
+    per value, and then pandas' strftime, were most of a long CSV or JSON report's time)."""
     out = rows.copy()
     for col in ("window_start", "window_end"):
-        if not len(out):
-            out[col] = out[col].astype(str)
-            continue
-        ts = pd.to_datetime(out[col], utc=True)
-        text = ts.dt.strftime("%Y-%m-%dT%H:%M:%S")
-        micro = ts.dt.microsecond
-        if (micro != 0).any():   # milliseconds only where there are some, as to_iso
-            text = text.where(micro == 0, text + "." + (micro // 1000).astype(str).str.zfill(3))
-        out[col] = text + "Z"
+        out[col] = iso_strings(out[col]) if len(out) else out[col].astype(str)
     return out
+
+
+def iso_strings(times: pd.Series) -> np.ndarray:
+    """to_iso of every value (seconds, or milliseconds where there are some), each distinct
+    time formatted once: a report has a window time per queue, hundreds of queues a time."""
+    codes, distinct = pd.factorize(pd.to_datetime(times, utc=True).dt.tz_convert(None))
+    ms = distinct.to_numpy().astype("datetime64[ms]")
+    text = np.where(ms.astype(np.int64) % 1000 == 0, np.datetime_as_string(ms, unit="s"),
+                    np.datetime_as_string(ms, unit="ms"))
+    return np.array([t + "Z" for t in text.tolist()], dtype=object)[codes]
 
 
 def build_report(history: LagHistory, q: ReportQuery,
@@ -221,6 +224,15 @@ def _queue_label(topic, broker, qid, many_topics: bool) -> str:
     return f"{topic}@{broker}:{qid}" if many_topics else f"{broker}:{qid}"
 
 
+def _ms(times: pd.Series) -> np.ndarray:
+    """Timestamps as ms since the epoch."""
+    return pd.to_datetime(times, utc=True).dt.tz_convert(None).to_numpy().astype("datetime64[ms]").astype(np.int64)
+
+
+def _iso_ms(ms: int) -> str:
+    return to_iso(pd.Timestamp(ms, unit="ms", tz="UTC"))
+
+
 def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list[dict], flow: list[dict],
                   faults: list[dict] = ()) -> list[dict]:
     """Plotly figures as plain dicts: lag per queue (with rebalance markers and flow-control
@@ -230,30 +242,34 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
     many_topics = rows["topic"].nunique() > 1 if len(rows) else False
     lag, time_lag = [], []
     status_z, labels = [], []
-    # The windows' size (every row of a report has one resolution), and every window end;
-    # the charts stay open where nothing was recorded (report_gaps.py).
-    step = (rows["window_end"] - rows["window_start"]).iloc[0] if len(rows) else pd.Timedelta(0)
-    times = list(pd.DatetimeIndex(rows["window_end"].unique()).sort_values()) if len(rows) else []
-    iso = {t: to_iso(t) for t in times}   # once per window end, not per row (reports stay linear)
+    # Times as ms counts (a pandas Timestamp per row and queue, compared and hashed, was most
+    # of a long report's time). The windows' size (every row of a report has one resolution),
+    # and every window end; the charts stay open where nothing was recorded (report_gaps.py).
+    ends = _ms(rows["window_end"]) if len(rows) else np.zeros(0, np.int64)
+    step = int(ends[0] - _ms(rows["window_start"])[0]) if len(rows) else 0
+    times = np.unique(ends).tolist()
+    # each window end formatted once, not per row (reports stay linear)
+    iso = dict(zip(times, iso_strings(pd.Series(pd.to_datetime(times, unit="ms", utc=True)))))
 
     def iso_of(ts: list) -> list[str]:
-        return [iso[t] if t in iso else to_iso(t) for t in ts]   # a gap's null point is no window
+        return [iso[t] if t in iso else _iso_ms(t) for t in ts]   # a gap's null point is no window
 
     columns, edges = heatmap_bricks(times, step)
+    rows = rows.assign(_end_ms=ends)
     for (topic, broker, qid), g in rows.groupby(["topic", "broker", "queue_id"], sort=True):
         label = _queue_label(topic, broker, qid, many_topics)
-        x, y, owner, tl = open_at_gaps(list(g["window_end"]), step, g["lag"].astype(int).tolist(),
+        x, y, owner, tl = open_at_gaps(g["_end_ms"].tolist(), step, g["lag"].astype(int).tolist(),
                                        g["owner"].tolist(), ints_or_none(g["time_lag_ms"]))
         x = iso_of(x)
         lag.append({"type": "scatter", "x": x, "y": y, "mode": "lines", "name": label,
                     "customdata": owner, "hovertemplate": "%{y} (owner %{customdata})"})
         time_lag.append({"type": "scatter", "x": x, "y": tl, "mode": "lines", "name": label})
-        by_time = dict(zip(g["window_end"], g["status"]))
+        by_time = dict(zip(g["_end_ms"].tolist(), g["status"]))
         status_z.append([STATUS_ORDER.index(by_time[t]) if t in by_time else None for t in columns])
         labels.append(label)
     # Spans with no recordings, shaded in every chart: the axis's zero line through them
     # would read as lag 0.
-    not_recorded = [{"type": "rect", "x0": to_iso(a), "x1": to_iso(b), "yref": "paper", "y0": 0, "y1": 1,
+    not_recorded = [{"type": "rect", "x0": _iso_ms(a), "x1": _iso_ms(b), "yref": "paper", "y0": 0, "y1": 1,
                      "fillcolor": "#adb5bd", "opacity": 0.25, "line": {"width": 0}, "layer": "above",
                      "label": {"text": "not recorded", "font": {"size": 10, "color": "#495057"},
                                "textposition": "bottom center"}} for a, b in gap_spans(times, step)]
@@ -271,7 +287,7 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
     group = []
     if len(group_rows):
         keys = ("lag", "max_lag", "avg_lag", "p95_lag")
-        gx, *gy = open_at_gaps(list(group_rows["window_end"]), step,
+        gx, *gy = open_at_gaps(_ms(group_rows["window_end"]).tolist(), step,
                                *[[round(float(v), 3) for v in group_rows[col]] for col in keys])
         gx = iso_of(gx)
         for col, y in zip(keys, gy):
