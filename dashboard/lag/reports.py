@@ -172,13 +172,23 @@ def _iso_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def iso_strings(times: pd.Series) -> np.ndarray:
-    """to_iso of every value (seconds, or milliseconds where there are some), each distinct
-    time formatted once: a report has a window time per queue, hundreds of queues a time."""
-    codes, distinct = pd.factorize(pd.to_datetime(times, utc=True).dt.tz_convert(None))
-    ms = distinct.to_numpy().astype("datetime64[ms]")
-    text = np.where(ms.astype(np.int64) % 1000 == 0, np.datetime_as_string(ms, unit="s"),
-                    np.datetime_as_string(ms, unit="ms"))
-    return np.array([t + "Z" for t in text.tolist()], dtype=object)[codes]
+    """to_iso of every value, each distinct time formatted once: a report has a window time
+    per queue, hundreds of queues a time."""
+    codes, distinct = pd.factorize(_ms(times))
+    return np.array(_iso_of_ms(distinct), dtype=object)[codes]
+
+
+def _ms(times: pd.Series) -> np.ndarray:
+    """Timestamps as ms since the epoch."""
+    return pd.to_datetime(times, utc=True).dt.tz_convert(None).to_numpy().astype("datetime64[ms]").astype(np.int64)
+
+
+def _iso_of_ms(ms) -> list[str]:
+    """ms counts as to_iso writes them: seconds, or milliseconds where there are some."""
+    at = np.asarray(ms, dtype=np.int64).astype("datetime64[ms]")
+    text = np.where(at.astype(np.int64) % 1000 == 0, np.datetime_as_string(at, unit="s"),
+                    np.datetime_as_string(at, unit="ms"))
+    return [t + "Z" for t in text.tolist()]
 
 
 def build_report(history: LagHistory, q: ReportQuery,
@@ -224,15 +234,6 @@ def _queue_label(topic, broker, qid, many_topics: bool) -> str:
     return f"{topic}@{broker}:{qid}" if many_topics else f"{broker}:{qid}"
 
 
-def _ms(times: pd.Series) -> np.ndarray:
-    """Timestamps as ms since the epoch."""
-    return pd.to_datetime(times, utc=True).dt.tz_convert(None).to_numpy().astype("datetime64[ms]").astype(np.int64)
-
-
-def _iso_ms(ms: int) -> str:
-    return to_iso(pd.Timestamp(ms, unit="ms", tz="UTC"))
-
-
 def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list[dict], flow: list[dict],
                   faults: list[dict] = ()) -> list[dict]:
     """Plotly figures as plain dicts: lag per queue (with rebalance markers and flow-control
@@ -249,10 +250,10 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
     step = int(ends[0] - _ms(rows["window_start"])[0]) if len(rows) else 0
     times = np.unique(ends).tolist()
     # each window end formatted once, not per row (reports stay linear)
-    iso = dict(zip(times, iso_strings(pd.Series(pd.to_datetime(times, unit="ms", utc=True)))))
+    iso = dict(zip(times, _iso_of_ms(times)))
 
     def iso_of(ts: list) -> list[str]:
-        return [iso[t] if t in iso else _iso_ms(t) for t in ts]   # a gap's null point is no window
+        return [iso[t] if t in iso else _iso_of_ms([t])[0] for t in ts]   # a gap's null point is no window
 
     columns, edges = heatmap_bricks(times, step)
     rows = rows.assign(_end_ms=ends)
@@ -269,10 +270,11 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
         labels.append(label)
     # Spans with no recordings, shaded in every chart: the axis's zero line through them
     # would read as lag 0.
-    not_recorded = [{"type": "rect", "x0": _iso_ms(a), "x1": _iso_ms(b), "yref": "paper", "y0": 0, "y1": 1,
+    not_recorded = [{"type": "rect", "x0": x0, "x1": x1, "yref": "paper", "y0": 0, "y1": 1,
                      "fillcolor": "#adb5bd", "opacity": 0.25, "line": {"width": 0}, "layer": "above",
                      "label": {"text": "not recorded", "font": {"size": 10, "color": "#495057"},
-                               "textposition": "bottom center"}} for a, b in gap_spans(times, step)]
+                               "textposition": "bottom center"}}
+                    for x0, x1 in (_iso_of_ms(span) for span in gap_spans(times, step))]
     shapes = [{"type": "line", "x0": r["end"], "x1": r["end"], "yref": "paper", "y0": 0, "y1": 1,
                "line": {"dash": "dot", "color": "#555"}} for r in rebalances]
     shapes += [{"type": "rect", "x0": f["start"], "x1": f["end"], "yref": "paper", "y0": 0, "y1": 1,
