@@ -67,6 +67,7 @@ class PollLoops:
             except (grpc.aio.AioRpcError, OSError, TimeoutError) as exc:
                 log.warning("offset poll failed: %s", why_failed(exc))
             self.collect_garbage()
+            self.read_history_service()
             self._snapshot_due = True
             # Ticks on the wall clock's grid (10 per 10-s slice, the last one just before it
             # ends): the recorder writes a slice right after its last tick (recorder.py).
@@ -89,8 +90,13 @@ class PollLoops:
     async def measure_disk(self) -> None:
         """Bytes per part into the snapshot; walking directories runs off the loop."""
         self.state.disk = await asyncio.to_thread(measure, self.disk_places, now_ms())
-        self.state.history_service = history_service(self.disk_places.lag_history, now_ms())
         self._snapshot_due = True
+
+    def read_history_service(self) -> None:
+        """What the lag service says of itself, each poll (a small file): read every 10 s with
+        the disk, as the service passes every 10 s, "behind" sampled one phase of its 0-10 s
+        sawtooth and never moved (one lab read "3 s behind" for minutes, the next "7 s")."""
+        self.state.history_service = history_service(self.disk_places.lag_history, now_ms())
 
     async def _disk_loop(self) -> None:
         while True:
