@@ -24,6 +24,9 @@ def test_the_line_says_how_far_behind_the_newest_folded_sample_the_history_is(tm
                                                    "paused": None}
     write_status(tmp_path, cpu_pct=None, newest_sample_ts=None)   # started, nothing folded in yet
     assert history_service(tmp_path, 1_006_040)["behind_s"] is None
+    write_status(tmp_path, cpu_pct=2.0, newest_sample_ts=1_000_000)   # the last run's, read after a restart
+    assert history_service(tmp_path, 2_512_000, since_ms=2_500_000)["behind_s"] is None
+    assert history_service(tmp_path, 2_512_000, since_ms=900_000)["behind_s"] == 1512.0
     (tmp_path / "_service.json").write_text("{half")        # caught mid-write: no line, no error
     assert history_service(tmp_path, 0) is None
 
@@ -32,7 +35,7 @@ async def test_every_poll_reads_the_service_anew(tmp_path):
     # The service passes every 10 s: read every 10 s too (with the disk), "behind" showed one
     # phase of its sawtooth for minutes. Each 1-s poll reads it.
     lab = SimpleNamespace(state=SimpleNamespace(history_service=None), disk_places=SimpleNamespace(lag_history=tmp_path),
-                          poll_interval=0.05, _snapshot_due=False)
+                          poll_interval=0.05, _snapshot_due=False, started_ms=0)
 
     async def no_offsets():
         return None

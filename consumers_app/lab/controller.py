@@ -87,6 +87,7 @@ class LabController(LabLifecycle, EventIntake, PollLoops, Recording, ActionHandl
         self.client_options = client_options or {}
         self.flush_interval = flush_interval
         self.poll_interval = poll_interval
+        self.started_ms = now_ms()   # what this run records starts here (the history line)
         self.recorder_root = recorder_root
         # Recordings are deleted by the hour once they are this old, so disk stays bounded.
         self.recordings_hours = recordings_hours

@@ -79,10 +79,12 @@ def _entry_bytes(entry: os.DirEntry, seen: set) -> int:
         return 0
 
 
-def history_service(lag_dir: Path | None, now_ms: int) -> dict | None:
+def history_service(lag_dir: Path | None, now_ms: int, since_ms: int = 0) -> dict | None:
     """What the lag service says of itself (its ``_service.json``): its state, the share of
     one core it and its JVM use, and how far behind the newest recording its history is;
-    None when no service has run on this data dir."""
+    None when no service has run on this data dir. A newest sample from before ``since_ms``
+    (this lab's start) is none yet: after a restart it is the last run's, and "1512 s behind"
+    would count the time the lab was stopped."""
     import json
 
     if lag_dir is None:
@@ -92,6 +94,8 @@ def history_service(lag_dir: Path | None, now_ms: int) -> dict | None:
     except (OSError, ValueError):
         return None
     newest = status.get("newest_sample_ts")
+    if newest is not None and newest < since_ms:
+        newest = None
     return {"state": status.get("state"), "cpu_pct": status.get("cpu_pct"),
             "behind_s": round(max(0, now_ms - newest) / 1000, 1) if newest else None,
             "paused": status.get("paused")}
