@@ -51,5 +51,8 @@ async def test_every_poll_reads_the_service_anew(tmp_path):
         await async_wait_until(lambda: lab.state.history_service["cpu_pct"] == 5.0, timeout=5,
                                message="the next pass's status read by a poll, not 10 s later")
         assert lab._snapshot_due
+        lab.disk_places = None   # a lab told of no data dirs (tests, a bare controller): no line, no crash
+        await async_wait_until(lambda: lab.state.history_service is None, timeout=5, message="no line")
+        assert not loop.done()
     finally:
         loop.cancel()

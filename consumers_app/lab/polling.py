@@ -96,7 +96,8 @@ class PollLoops:
         """What the lag service says of itself, each poll (a small file): read every 10 s with
         the disk, as the service passes every 10 s, "behind" sampled one phase of its 0-10 s
         sawtooth and never moved (one lab read "3 s behind" for minutes, the next "7 s")."""
-        self.state.history_service = history_service(self.disk_places.lag_history, now_ms(), self.started_ms)
+        lag_dir = self.disk_places.lag_history if self.disk_places is not None else None   # a lab with no disk: none
+        self.state.history_service = history_service(lag_dir, now_ms(), self.started_ms)
 
     async def _disk_loop(self) -> None:
         while True:
