@@ -185,9 +185,9 @@ def _ms(times: pd.Series) -> np.ndarray:
 
 def _iso_of_ms(ms) -> list[str]:
     """ms counts as to_iso writes them: seconds, or milliseconds where there are some."""
-    at = np.asarray(ms, dtype=np.int64).astype("datetime64[ms]")
-    text = np.where(at.astype(np.int64) % 1000 == 0, np.datetime_as_string(at, unit="s"),
-                    np.datetime_as_string(at, unit="ms"))
+    ms = np.asarray(ms, dtype=np.int64)
+    at = ms.astype("datetime64[ms]")
+    text = np.where(ms % 1000 == 0, np.datetime_as_string(at, unit="s"), np.datetime_as_string(at, unit="ms"))
     return [t + "Z" for t in text.tolist()]
 
 
@@ -247,7 +247,7 @@ def build_figures(rows: pd.DataFrame, group_rows: pd.DataFrame, rebalances: list
     # of a long report's time). The windows' size (every row of a report has one resolution),
     # and every window end; the charts stay open where nothing was recorded (report_gaps.py).
     ends = _ms(rows["window_end"]) if len(rows) else np.zeros(0, np.int64)
-    step = int(ends[0] - _ms(rows["window_start"])[0]) if len(rows) else 0
+    step = int(ends[0] - _ms(rows["window_start"].iloc[:1])[0]) if len(rows) else 0
     times = np.unique(ends).tolist()
     # each window end formatted once, not per row (reports stay linear)
     iso = dict(zip(times, _iso_of_ms(times)))

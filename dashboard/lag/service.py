@@ -16,9 +16,8 @@ The warm-up is not charged: the first pass that folds anything in (a cold JVM an
 of a start) and those of the ``warmup_s`` (2 minutes) after it, while the JIT compiles.
 
 It notices new slices by the modification time of the current hour's snapshot directory,
-a stat every ``watch_s`` (50 ms:
-the slice is written ~1 s before its window ends, and the pass must land by then; a check
-costs ~50 us, 1 ms of CPU a second): no listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
+a stat every ``watch_s`` (50 ms: the slice is written ~1 s before its window ends, and the
+pass must land by then; a check costs ~50 us, 1 ms of CPU a second): no listing. A cold JVM costs 20-30 s; the first pass builds the stream's state once.
 
 A pass that finds the output locked (the "Run lag job" button's run) waits for the next
 period. A failing pass (Spark down, unreadable files) pauses the service: it retries with
