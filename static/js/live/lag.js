@@ -38,9 +38,11 @@ export function showLagLines(card, g) {
   }
   const [total, time] = host.children;
   setText(total.firstChild, `total lag ${fmt(s.total.at(-1))} (5 min peak ${fmt(Math.max(...s.total))})`);
-  setText(time.firstChild, `time lag ${fmtTimeLag(s.time.at(-1))}`);
+  const known = s.time.filter((v) => v !== null);
+  setText(time.firstChild, `time lag ${fmtTimeLag(s.time.at(-1))}`
+    + (known.length ? ` (5 min peak ${fmtTimeLag(Math.max(...known))})` : ""));
   drawSparkline(total.lastChild, s.total, 240, 28);
-  drawSparkline(time.lastChild, s.time, 240, 28);
+  drawSparkline(time.lastChild, s.time, 240, 28, "log");
 }
 
 // The sample replayed for the group, or undefined when it is live.
