@@ -10,9 +10,10 @@ answer in JSON with every extFields value a string, as the C++ client expects.
 """
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass, field
+
+import orjson
 
 MAX_FRAME = 16 * 1024 * 1024   # NettySystemConfig.frameMaxLength default (16 MiB)
 JSON_SERIALIZE, ROCKETMQ_SERIALIZE = 0, 1
@@ -78,22 +79,20 @@ def response(request: Command, code: int = 0, remark: str | None = None, ext: di
 
 
 def encode(cmd: Command) -> bytes:
-    """The frame of ``cmd`` with a JSON header: what json.dumps writes for the header
-    object (code, language, version, opaque, flag, serializeTypeCurrentRPC, remark,
-    extFields), put together by hand - json.dumps builds an encoder per call, which was a
-    fifth of a small request's cost."""
-    ext = ",".join([_quote(k) + ":" + _quote(v if v.__class__ is str else _text(v))
-                    for k, v in cmd.ext.items() if v is not None])
-    remark = "" if cmd.remark is None else ',"remark":' + _quote(cmd.remark)
-    raw = ('{"code":%d,"language":%s,"version":%d,"opaque":%d,"flag":%d,"serializeTypeCurrentRPC":"JSON"%s,'
-           '"extFields":{%s}}' % (cmd.code, _quote(cmd.language), cmd.version, cmd.opaque, cmd.flag, remark,
-                                  ext)).encode()
+    """The frame of ``cmd`` with a JSON header: code, language, version, opaque, flag,
+    serializeTypeCurrentRPC, remark (left out when null, as fastjson does) and extFields,
+    every value a string. orjson writes it (UTF-8 as it is, as RemotingSerializable does):
+    the header in and out was a fifth of a send's cost in the broker with the json module."""
+    header = {"code": cmd.code, "language": cmd.language, "version": cmd.version, "opaque": cmd.opaque,
+              "flag": cmd.flag, "serializeTypeCurrentRPC": "JSON"}
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header["extFields"] = {k: v if v.__class__ is str else _text(v) for k, v in cmd.ext.items() if v is not None}
+    raw = orjson.dumps(header)
     return _LENGTHS.pack(4 + len(raw) + len(cmd.body), len(raw)) + raw + cmd.body
 
 
 _LENGTHS = struct.Struct(">II")
-_quote = json.encoder.encode_basestring_ascii   # json.dumps' own string writer (C)
-_json_object = json.JSONDecoder().decode
 
 
 def _text(value) -> str:
@@ -123,8 +122,8 @@ def decode(frame: bytes) -> Command:
 
 def _json_header(raw: bytes) -> Command:
     try:
-        h = _json_object(raw.decode())   # RemotingSerializable writes UTF-8
-    except (UnicodeDecodeError, ValueError) as exc:
+        h = orjson.loads(raw)   # RemotingSerializable writes UTF-8
+    except orjson.JSONDecodeError as exc:
         raise FrameError(f"malformed JSON header: {exc}") from None
     if not isinstance(h, dict) or not isinstance(h.get("code"), int):
         raise FrameError("the JSON header is not an object with an integer code")

@@ -148,7 +148,9 @@ class BrokerRequests:
         for name in (P_WAIT, "MIN_OFFSET", "MAX_OFFSET"):
             props.pop(name, None)
         props.setdefault(M.P_BORN_HOST, conn.address)
-        msg.properties.update(props)
+        stored = msg.properties
+        for name, value in props.items():   # (the map's update() is the ABC's: 2x a plain loop)
+            stored[name] = value
         if level > 0:
             msg.properties[M.P_DELIVER_MS] = str(int(time.time() * 1000) + self.core.delay.level_delay_ms(level))
         self.core.validate_message(msg)
@@ -429,10 +431,14 @@ _SEND_FIELDS = {"topic": "b", "queueId": "e", "sysFlag": "f", "bornTimestamp": "
 
 
 def _send_header(cmd: Command) -> dict:
-    """The send header's fields by their V2 names."""
-    if cmd.code == wire.SEND_MESSAGE:
-        return {short: cmd.text(long) for long, short in _SEND_FIELDS.items()}
-    return {short: cmd.text(short) for short in _SEND_FIELDS.values()}
+    """The send header's fields by their V2 names, as text (a JSON header's are strings
+    already: only another value goes through Command.text)."""
+    ext = cmd.ext
+    names = _SEND_FIELDS.items() if cmd.code == wire.SEND_MESSAGE else _SEND_FIELDS_V2
+    return {short: value if (value := ext.get(name)).__class__ is str else cmd.text(name) for name, short in names}
+
+
+_SEND_FIELDS_V2 = [(short, short) for short in _SEND_FIELDS.values()]
 
 
 def _batch_bodies(raw: bytes):
