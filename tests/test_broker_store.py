@@ -95,3 +95,51 @@ def test_name_rules():
     assert topic_error("") and topic_error("a b") and topic_error("t" * 128)
     assert topic_error("t" * 127) is None
     assert group_error("GID_1") is None and group_error("bad group")
+
+
+def file_bytes(store, phys: int, n: int) -> bytes:
+    """What the commit log's file holds at ``phys`` (not the store's view of it)."""
+    seg = store.segments[-1]
+    return os.pread(seg.fd, n, phys - seg.base)
+
+
+async def test_deferred_records_are_written_at_the_end_of_the_turn_or_when_read(tmp_path):
+    import asyncio
+
+    store = MessageStore(tmp_path, segment_size=1 << 20)
+    store.recover()
+    key = ("T", "broker-a", 0)
+    (_, first), = store.append([(key, msg(b"one"))], defer_write=True)
+    (_, second), = store.append([(key, msg(b"two"))], defer_write=True)
+    assert file_bytes(store, first, HEADER.size) == bytes(HEADER.size)   # not written yet
+    await asyncio.sleep(0)                                                # the turn ends
+    assert file_bytes(store, second, HEADER.size) != bytes(HEADER.size)
+    assert store.read_message(key, 1).body == b"two"
+
+    (_, third), = store.append([(key, msg(b"three"))], defer_write=True)
+    assert store.read_message(key, 2).body == b"three"                  # a read writes first
+    assert file_bytes(store, third, HEADER.size) != bytes(HEADER.size)
+
+    store.append([(key, msg(b"four"))], defer_write=True)
+    (_, fifth), = store.append([(key, msg(b"five"))])                   # a plain append writes both
+    assert file_bytes(store, fifth, HEADER.size) != bytes(HEADER.size)
+    store.append([(key, msg(b"six"))], defer_write=True)
+    store.close()                                                       # and so does a close
+    again = MessageStore(tmp_path, segment_size=1 << 20)
+    assert again.recover() == 6
+    assert [again.read_message(key, i).body for i in range(6)] == [b"one", b"two", b"three", b"four", b"five", b"six"]
+    again.close()
+
+
+async def test_deferred_records_roll_into_the_next_segment_in_order(tmp_path):
+    store = MessageStore(tmp_path, segment_size=4096)
+    store.recover()
+    key = ("T", "broker-a", 0)
+    for i in range(10):   # ~1 KiB each: the log rolls while records wait to be written
+        store.append([(key, msg(b"x" * 1000 + bytes([i])))], defer_write=True)
+    assert len(store.segments) > 2
+    store.close()
+    again = MessageStore(tmp_path, segment_size=4096)
+    assert again.recover() == 10
+    assert [again.read_message(key, i).body[-1] for i in range(10)] == list(range(10))
+    again.close()

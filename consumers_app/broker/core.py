@@ -229,11 +229,12 @@ class BrokerCore:
         if msg.tag and ("|" in msg.tag or not msg.tag.strip()):
             raise BrokerError(Code.ILLEGAL_MESSAGE_TAG, f"illegal tag {msg.tag!r} (blank or containing '|')")
 
-    def put(self, items: list[tuple[tuple, "lab.LabMessage"]]) -> list[tuple[int, int]]:
+    def put(self, items: list[tuple[tuple, "lab.LabMessage"]], defer_write: bool = False) -> list[tuple[int, int]]:
         """Store validated messages (delayed ones go through the schedule queue).
 
         Returns (queue offset, physical offset) per message; for a delayed message the
-        offset is the one in the schedule queue, as RocketMQ answers.
+        offset is the one in the schedule queue, as RocketMQ answers. ``defer_write``: see
+        CommitLog.append (the caller acknowledges only after ``store.write_unwritten()``).
         """
         now = int(time.time() * 1000)
         results: list = [None] * len(items)
@@ -245,7 +246,7 @@ class BrokerCore:
             else:
                 direct.append(i)
         if direct:
-            stored = self.store.append([items[i] for i in direct])
+            stored = self.store.append([items[i] for i in direct], defer_write)
             for i, r in zip(direct, stored):
                 results[i] = r
         return results

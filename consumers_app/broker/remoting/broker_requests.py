@@ -90,7 +90,8 @@ class BrokerRequests:
             key = (topic, self.broker, qid)
             self.core.require_queue(*key)
         msg = self._stored_message(h, cmd.body, conn)
-        (offset, phys), = self.core.put([(key, msg)])
+        # Written with the other sends of this read (the answer leaves after it: server.Connection).
+        (offset, phys), = self.core.put([(key, msg)], defer_write=True)
         await self.core.durable()
         # SendMessageProcessor answers AppendMessageResult.getMsgId(): the offset message id
         # (MessageDecoder.createMessageId); the client's UNIQ_KEY stays in the properties.
@@ -110,7 +111,7 @@ class BrokerRequests:
                  for body, props in _batch_bodies(cmd.body)]
         if not items:
             raise BrokerError(v2.Code.BAD_REQUEST, "empty batch")
-        results = self.core.put(items)
+        results = self.core.put(items, defer_write=True)
         await self.core.durable()
         # CommitLog's batch append: one offset message id per message, comma-joined.
         ids = ",".join(self._offset_id(phys) for _, phys in results)

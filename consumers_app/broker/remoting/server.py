@@ -5,7 +5,8 @@ Each accepted socket is a ``Connection``: the shared remoting endpoint (frame lo
 concurrent handling, ``invoke`` / ``oneway`` of the server's own requests to the client,
 a frame that cannot be read closing that one connection with a log line) plus what the
 broker knows of the client on it (its id, language, version and the groups whose session
-it is). A request the handler has no answer for gets REQUEST_CODE_NOT_SUPPORTED.
+it is). A request the handler has no answer for gets REQUEST_CODE_NOT_SUPPORTED. A broker's
+answers leave only after its listener's ``before_answers`` (the commit log's deferred write).
 """
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ class Connection(Endpoint):
     def unanswered(self, request: Command) -> Command:
         return response(request, REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
 
+    def _flush(self) -> None:
+        # No answer leaves before what it acknowledges is in the commit log: the sends of
+        # one read are appended with defer_write, their records written in one go here.
+        self.listener.before_answers()
+        super()._flush()
+
     def close(self, reason: str = "connection closed") -> None:
         if self.closed:
             return
@@ -43,10 +50,12 @@ class Connection(Endpoint):
 class Listener:
     """One TCP port: the name server's or one logical broker's."""
 
-    def __init__(self, name: str, handler: Handler, on_close: Callable[[Connection], None] = lambda c: None):
+    def __init__(self, name: str, handler: Handler, on_close: Callable[[Connection], None] = lambda c: None,
+                 before_answers: Callable[[], None] = lambda: None):
         self.name = name
         self.handler = handler
         self.on_close = on_close
+        self.before_answers = before_answers   # what must happen before any answer is sent
         self.connections: set[Connection] = set()
         self.server: asyncio.base_events.Server | None = None
         self.port = 0

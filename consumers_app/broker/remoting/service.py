@@ -72,7 +72,7 @@ class RemotingService:
             await asyncio.shield(self._opening[broker])
             return
         requests = BrokerRequests(self, broker)
-        listener = Listener(broker, requests.handle, self._connection_closed)
+        listener = Listener(broker, requests.handle, self._connection_closed, self.core.store.write_unwritten)
         if self.first_broker_port == 0:
             port = self.ports.get(broker, 0)   # any free port, kept while the broker is offline
         else:

@@ -98,6 +98,7 @@ class MessageStore(CommitLog, ConsumeQueueStore, StoreCheckpoint, CleanCommitLog
 
     def flush_now(self):
         """fsync the commit log, then write the consume-queue files and checkpoint (blocking)."""
+        self.write_unwritten()
         for s in self.segments:
             os.fsync(s.fd)
         self.flushed_pos = self.write_pos

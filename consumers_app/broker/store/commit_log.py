@@ -96,6 +96,11 @@ class CommitLog:
         self._flush_wakeup: asyncio.Event | None = None
         self._flusher: asyncio.Task | None = None
         self.on_append = None  # callback(set of QueueKey) for long polling
+        # Records appended with defer_write, not in the file yet: they end at write_pos, in
+        # the last segment, and start at _unwritten_from (see append).
+        self._unwritten: list[bytes] = []
+        self._unwritten_from = 0
+        self._write_soon = False   # a write at the end of this turn of the loop is scheduled
 
     def _scan_log(self, start: int, accept) -> int:
         """Index the records from commit-log offset ``start`` (a record boundary) to the end of
@@ -149,18 +154,25 @@ class CommitLog:
             self.write_pos = base
         return seg
 
-    def append(self, items: list[tuple[QueueKey, "lab.LabMessage"]]) -> list[tuple[int, int]]:
+    def append(self, items: list[tuple[QueueKey, "lab.LabMessage"]],
+               defer_write: bool = False) -> list[tuple[int, int]]:
         """Append messages; fills in queue, queue offset and store time. Returns (queue offset, phys).
 
         This is the send fast path: records of one call that land in the same segment are
         written with one pwrite, and per-message work is kept to a few C calls.
+
+        ``defer_write``: the records go to the file with the next write (of any append), at
+        the end of this turn of the event loop, or before anything reads them - so the
+        sends that one read of a remoting socket brings are one pwrite, not one each. The
+        caller must not acknowledge them before ``write_unwritten()`` (a remoting answer
+        leaves after it: broker.remoting.server.Connection).
         """
         now = int(time.time() * 1000)
         results = []
-        chunk: list[bytes] = []
         seg = self.segments[-1] if self.segments else None
         seg_end = seg.base + seg.size if seg else -1
-        chunk_start = self.write_pos
+        chunk = self._unwritten   # the records still unwritten end at write_pos: go on from them
+        chunk_start = self._unwritten_from if chunk else self.write_pos
         pos = self.write_pos
         touched = set()
         refs = self._refs
@@ -183,7 +195,7 @@ class CommitLog:
                 if chunk:
                     seg.reserve(pos - seg.base)
                     os.pwrite(seg.fd, b"".join(chunk), chunk_start - seg.base)
-                    chunk = []
+                    chunk = self._unwritten = []
                 self.write_pos = pos
                 seg = self._segment_for(hsize + size)
                 seg_end = seg.base + seg.size
@@ -198,19 +210,39 @@ class CommitLog:
             results.append((offset, pos))
             pos += hsize + size
             touched.add(key)
-        if chunk:
-            seg.reserve(pos - seg.base)
-            os.pwrite(seg.fd, b"".join(chunk), chunk_start - seg.base)
         if results:
             self._last_record = (results[-1][1], size)  # the checkpoint's proof that P is a boundary
         self.write_pos = pos
+        if chunk and defer_write:
+            self._unwritten, self._unwritten_from = chunk, chunk_start
+            if not self._write_soon:
+                self._write_soon = True
+                asyncio.get_running_loop().call_soon(self._write_at_end_of_turn)
+        elif chunk:
+            seg.reserve(pos - seg.base)
+            os.pwrite(seg.fd, b"".join(chunk), chunk_start - seg.base)
+            self._unwritten = []
         if self.on_append is not None and touched:
             self.on_append(touched)
         return results
 
+    def _write_at_end_of_turn(self) -> None:
+        self._write_soon = False
+        self.write_unwritten()
+
+    def write_unwritten(self) -> None:
+        """Write the records appended with ``defer_write`` (one pwrite; nothing if none)."""
+        chunk, self._unwritten = self._unwritten, []
+        if chunk:
+            seg = self.segments[-1]
+            seg.reserve(self.write_pos - seg.base)
+            os.pwrite(seg.fd, b"".join(chunk), self._unwritten_from - seg.base)
+
     # -------------------------------------------------------------------- read
 
     def read_phys(self, phys: int, size: int) -> bytes:
+        if self._unwritten and phys + HEADER.size + size > self._unwritten_from:
+            self.write_unwritten()
         # Bodies are never cached in RAM: a slice of the mapped segment is a memcpy
         # from the page cache. Segments are few; look from the end (reads are mostly recent).
         for seg in reversed(self.segments):
@@ -234,6 +266,8 @@ class CommitLog:
         return self._record_at(phys)
 
     def _record_at(self, phys: int, expect_size: int | None = None) -> "lab.LabMessage | None":
+        if self._unwritten:
+            self.write_unwritten()
         for seg in reversed(self.segments):
             if seg.base <= phys:
                 start = phys - seg.base
@@ -302,6 +336,7 @@ class CommitLog:
             await self.flush()
 
     async def flush(self):
+        self.write_unwritten()
         target = self.write_pos
         last = self._last_record
         if target > self.flushed_pos:
