@@ -38,10 +38,12 @@ def test_a_pass_is_paced_by_its_cost_over_the_budget(tmp_path, monkeypatch):
     service = make_service(tmp_path, monkeypatch, cost_s=2.0, budget=0.10)
     service.pass_once()                      # the first pass: not charged
     assert service._not_before == 0.0
+    service.pass_once()                      # paid from the full bucket (20 s at 10 %: 2 CPU s)
+    assert service._not_before <= service.cpu.samples[-1][0]
     service.pass_once()                      # 2 CPU s at 10 %: the next one 20 s after this one began
     started = service.cpu.samples[-1][0]
     assert 19.0 <= service._not_before - started <= 21.0
-    assert service.status["passes"] == 2 and service.status["newest_sample_ts"] == 1_000
+    assert service.status["passes"] == 3 and service.status["newest_sample_ts"] == 1_000
 
 
 def test_the_cold_pass_is_not_charged_when_passes_before_it_found_nothing(tmp_path, monkeypatch):
@@ -68,8 +70,8 @@ def test_the_first_minutes_of_folding_are_not_charged(tmp_path, monkeypatch):
         service.pass_once()
         assert service._not_before == 0.0
         now["t"] += 10.0
-    service.pass_once()                      # 120 s after the first fold: charged from here on
-    assert service._not_before - now["t"] >= 40.0   # 5 CPU s at 10 %, less the 2 s of burst
+    service.pass_once()                      # 120 s after the first fold: charged from here on,
+    assert service._not_before - now["t"] == 30.0   # from a full bucket: (5 - 2) CPU s at 10 %
 
 
 def test_the_pace_is_capped(tmp_path, monkeypatch):
@@ -84,8 +86,10 @@ def test_a_dear_pass_after_quiet_time_does_not_hold_back_the_next(tmp_path, monk
     now = {"t": 1_000.0}
     service.clock = lambda: now["t"]
     service.pass_once()                      # not charged
-    service.pass_once()                      # 1 CPU s at 25 %: the next 4 s later
-    assert service._not_before == 1_004.0
+    service.pass_once()                      # 1 CPU s of the full bucket's 5 (20 s at 25 %)
+    assert service._not_before <= now["t"]
+    service.pass_once()                      # 3 left, and 1 more: no wait yet
+    assert service._not_before <= now["t"]
     now["t"] += 30                           # quiet: the bucket fills to 20 s worth (5 CPU s)
     service.stream.cost_s = 3.0
     service.pass_once()                      # dearer than its share: paid from the bucket

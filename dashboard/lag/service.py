@@ -4,8 +4,8 @@
 a pass folds the recordings not processed yet into the history as soon as a new snapshot
 slice appears (the recorder writes a slice right after its last sample), and at least every
 ``period_s`` - but never sooner than its CPU budget allows. The budget is a bucket of CPU
-seconds (the service and its JVM): it fills at ``cpu_budget`` a second, up to what
-``burst_s`` (20 s) of filling holds, each pass takes its cost out, and the next pass waits
+seconds (the service and its JVM): it starts full and fills at ``cpu_budget`` a second, up to
+what ``burst_s`` (20 s) of filling holds, each pass takes its cost out, and the next pass waits
 while it is below zero. So history costs at most ``cpu_budget`` of one core on average
 (LAB_LAG_CPU_BUDGET, 25 %: the most history may cost, in a lab of 64 x 256; a pass per
 slice of the default lab costs ~5 %) whatever a pass costs on this machine, and one pass
@@ -239,7 +239,9 @@ class LagService:
         """Take a pass's CPU seconds out of the budget's bucket (see the module doc); the next
         pass waits until it is back at zero, never longer than ``max_pace_s``."""
         now = self.clock()
-        filled = 0.0 if self._credit_at is None else (now - self._credit_at) * self.cpu_budget
+        # The bucket starts full: the first pass charged after the warm-up (64 x 256: a 4-s
+        # pass, 5 CPU s) paid from an empty one held the next pass 20 s - two windows late.
+        filled = self.cpu_budget * self.burst_s if self._credit_at is None else (now - self._credit_at) * self.cpu_budget
         self._credit = min(self.cpu_budget * self.burst_s, self._credit + filled) - cost
         self._credit = max(self._credit, -self.cpu_budget * self.max_pace_s)
         self._credit_at = now
