@@ -2,12 +2,15 @@
 // the values' length or ends changed. The path itself is sparkPath's (pure, unit-tested).
 const SVG = "http://www.w3.org/2000/svg";
 
-// How high a value of `max` sits (0..1). "log" is for a time lag: after a restart the first
-// samples hold the backlog from before the stop (minutes), and on a linear scale the steady
-// sub-second line then lies flat on the bottom for the five minutes those samples stay.
+// How high a value of `max` sits (0..1). "log" is for a time lag (ms): after a restart the
+// first samples hold the backlog from before the stop (minutes), and on a linear scale the
+// steady sub-second line then lies flat on the bottom for the five minutes those samples stay.
+// Logarithmic above ~50 ms, nearly linear below it: a steady line's jitter of a few ms stays
+// small instead of swinging across the whole height.
+const LOG_UNIT_MS = 50;
 const HEIGHTS = {
   linear: (v, max) => v / max,
-  log: (v, max) => Math.log1p(Math.max(0, v)) / Math.log1p(max),
+  log: (v, max) => Math.log1p(Math.max(0, v) / LOG_UNIT_MS) / Math.log1p(max / LOG_UNIT_MS),
 };
 
 // The SVG path of `values` in a width x height box (y grows downwards) and the peak it is scaled to.

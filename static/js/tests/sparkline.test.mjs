@@ -20,6 +20,13 @@ test("log: a restart's backlog spike leaves the steady sub-second line visible",
   const log = ys(sparkPath(values, 40, 28, "log").d);
   assert.ok(linear.slice(1).every((y) => y > 26.9), "linear: the steady line is on the bottom");
   assert.equal(log[0], 1);
-  assert.ok(log.slice(1).every((y) => y > 10 && y < 18), `log: the steady line mid-height (${log})`);
+  assert.ok(log.slice(1).every((y) => y > 18 && y < 24), `log: the steady line above the bottom (${log})`);
   assert.ok(log[4] < log[3], "log: 400 ms sits above 280 ms");
+});
+
+test("log: a few ms of jitter under a sub-second peak stays small", () => {
+  const [, zero, ten, thirty] = ys(sparkPath([434, 0, 10, 30], 30, 28, "log").d);
+  assert.equal(zero, 27);
+  assert.ok(zero - ten < 3, `10 ms within 3 px of 0 (${ten})`);
+  assert.ok(thirty < ten, "30 ms above 10 ms");
 });
