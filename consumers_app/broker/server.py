@@ -33,6 +33,14 @@ async def serve(cfg: BrokerConfig, ready=None) -> int:
         ("grpc.max_send_message_length", MAX_MESSAGE),
         ("grpc.max_receive_message_length", MAX_MESSAGE),
         ("grpc.so_reuseport", 0),
+        # Calls that reached grpc's core before our loop picked them up: above 1,000 core
+        # drops them at random, above 3,000 all (its defaults), as CANCELLED, which the
+        # client cannot tell from a cancel of its own. A 128 x 1024 lab's rebalance bursts
+        # past that (the members' new long polls, offsets, routes at once): start-up waited
+        # 30 s for the route poll of a member whose route query was dropped. The proxy's
+        # thread pools each queue 10,000 (ProxyConfig.grpc*ThreadQueueCapacity).
+        ("grpc.server.max_pending_requests", 10_000),
+        ("grpc.server.max_pending_requests_hard_limit", 20_000),
     ])
     v2_grpc.add_MessagingServiceServicer_to_server(MessagingService(core, (cfg.host, cfg.port)), server)
     lab_grpc.add_LabAdminServicer_to_server(LabAdminService(core), server)
