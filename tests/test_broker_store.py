@@ -112,7 +112,11 @@ async def test_deferred_records_are_written_at_the_end_of_the_turn_or_when_read(
     (_, first), = store.append([(key, msg(b"one"))], defer_write=True)
     (_, second), = store.append([(key, msg(b"two"))], defer_write=True)
     assert file_bytes(store, first, HEADER.size) == bytes(HEADER.size)   # not written yet
-    await asyncio.sleep(0)                                                # the turn ends
+    # The turn ends: a callback queued now runs after the write the appends queued.
+    loop = asyncio.get_running_loop()
+    turn_ended = loop.create_future()
+    loop.call_soon(turn_ended.set_result, None)
+    await turn_ended
     assert file_bytes(store, second, HEADER.size) != bytes(HEADER.size)
     assert store.read_message(key, 1).body == b"two"
 
