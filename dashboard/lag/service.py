@@ -141,7 +141,10 @@ class LagService:
         self.burst_s = burst_s
         self.warmup_s = warmup_s
         self.clock = clock
-        self._credit, self._credit_at = 0.0, None   # the budget's bucket: CPU seconds, and when
+        # The budget's bucket: CPU seconds, and when. It starts full: the first pass charged
+        # after the warm-up (64 x 256: a 4-s pass, 5 CPU s) paid from an empty one held the
+        # next pass 20 s - two windows late.
+        self._credit, self._credit_at = cpu_budget * burst_s, None
         self._not_before = 0.0   # clock: the budget's earliest next pass
         self._warm_from = None    # clock: the first pass that folded something in
         self.status = {"state": "running", "pid": None, "paused": None, "passes": 0, "last_pass": None,
@@ -239,9 +242,7 @@ class LagService:
         """Take a pass's CPU seconds out of the budget's bucket (see the module doc); the next
         pass waits until it is back at zero, never longer than ``max_pace_s``."""
         now = self.clock()
-        # The bucket starts full: the first pass charged after the warm-up (64 x 256: a 4-s
-        # pass, 5 CPU s) paid from an empty one held the next pass 20 s - two windows late.
-        filled = self.cpu_budget * self.burst_s if self._credit_at is None else (now - self._credit_at) * self.cpu_budget
+        filled = 0.0 if self._credit_at is None else (now - self._credit_at) * self.cpu_budget
         self._credit = min(self.cpu_budget * self.burst_s, self._credit + filled) - cost
         self._credit = max(self._credit, -self.cpu_budget * self.max_pace_s)
         self._credit_at = now
