@@ -20,7 +20,7 @@ from dashboard.lag.reports import CSV_COLUMNS
 from .browser import chromium, require_chromium, screenshot
 from .lag_scenario import (GROUP, HANDOFF_AT, QUEUES, REWOUND, SECONDS, STALLED, T0, assert_queue_windows, expected, known,
                            queue_rows, record, to_ms)
-from .support import manage_py, wait_until
+from .support import manage_py, require, wait_until
 
 pytestmark = pytest.mark.spark
 CONTRACT = "window_start,window_end,group,topic,broker,queue_id,broker_offset,consumer_offset,lag,max_lag,time_lag_ms,owner,status"
@@ -50,6 +50,19 @@ def lag_runs(tmp_path_factory, spark):
         record(recorder, FIRST_PHASE, SECONDS)
     second = job.run()
     return {"dir": data_dir, "job": job, "first": first, "second": second, "before": before, "history": history}
+
+
+def test_the_spark_jvm_maps_the_environments_class_archive(spark):
+    """make install builds Spark's class archive (dashboard/lag/class_archive.py); a session's
+    JVM maps it instead of loading Spark's classes one by one."""
+    from pathlib import Path
+
+    from dashboard.lag.class_archive import archive_path
+
+    path = archive_path()
+    require(path is not None, "Spark's class archive (make install builds it)")
+    jvm = spark.sparkContext._gateway.proc.pid   # spark-submit execs the JVM
+    assert str(path.resolve()) in Path(f"/proc/{jvm}/maps").read_text()
 
 
 def test_first_run_matches_hand_computed_history(lag_runs):

@@ -20,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+from . import class_archive
+
 _LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
 _PROJECT = Path(__file__).resolve().parents[2]
 BATCH_JAVA_OPTS = "-XX:+UseParallelGC"
@@ -128,6 +130,8 @@ def get_spark(master: str | None = None, app_name: str = "rebalance-lab-lag"):
     # The lag service sets its small-JVM flags (lagservice.SERVICE_JAVA_OPTS); a backfill is a
     # batch job, so the throughput collector (10M rows: 50 -> 47 s against G1 on 2 cores).
     java_opts += " " + os.environ.get("LAG_SPARK_EXTRA_JAVA_OPTS", BATCH_JAVA_OPTS)
+    # Spark's classes mapped from this environment's archive, not loaded one by one (class_archive.py).
+    java_opts = f"{java_opts} {class_archive.java_options()}".rstrip()
     builder = builder.master(master or os.environ.get("SPARK_MASTER") or "local[*]")
     for key, value in BASE_CONF.items():
         builder = builder.config(key, value)
