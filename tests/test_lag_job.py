@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from dashboard.lag.history import LagHistory
 from dashboard.lag.job import JobParams, LagJob
 from dashboard.lag.layout import list_recordings
-from consumers_app.lab.recorder import SNAPSHOTS, Recorder
+from consumers_app.lab.recorder import EVENTS, SNAPSHOTS, Recorder
 from dashboard.lag.reports import CSV_COLUMNS
 
 from .browser import chromium, require_chromium, screenshot
@@ -160,6 +160,31 @@ def test_recordings_deleted_before_or_while_spark_reads_them_are_skipped(spark, 
     snapshots = job._read(spark, SNAPSHOTS, rels, T0, T0 + 180_000, None)
     (job.recordings / rels[1]).unlink()   # gone before the scan
     assert snapshots.count() == (180 - 2 * 10) * len(QUEUES)   # two 10-s slices gone
+
+
+def test_table_events_read_in_the_driver_are_the_scans_in_range_group_and_type(spark, tmp_path):
+    """The job reads the events its tables are made of with pyarrow (many small files, few
+    rows): the same rows as Spark's scan of the log filtered to those types, within the range
+    and group asked; a file deleted since it was listed is skipped."""
+    from dashboard.lag.event_tables import table_events
+
+    job = LagJob(tmp_path / "recordings", tmp_path / "lag", spark=spark)
+    with Recorder(job.recordings) as recorder:
+        record(recorder, 0, 180)
+    rels = sorted(list_recordings(job.recordings, EVENTS))
+
+    def rows(df):
+        return sorted(tuple(r) for r in df.select("ts", "type", "group", "client_id", "fields").collect())
+
+    for lo, hi, group in ((T0, T0 + 180_000, None), (T0 + 35_000, T0 + 125_000, GROUP), (T0, T0 + 180_000, "nobody")):
+        scanned = rows(table_events(job._read(spark, EVENTS, rels, lo, hi, group)))
+        assert rows(job._read_table_events(spark, rels, lo, hi, group)) == scanned
+        assert scanned or group == "nobody"
+    everything = rows(job._read_table_events(spark, rels, T0, T0 + 180_000, None))
+    assert {r[1] for r in everything} == {"rebalance", "flow_control", "fault", "handoff"}   # the scenario's
+    (job.recordings / rels[0]).unlink()   # deleted by the retention since listed
+    assert rows(job._read_table_events(spark, rels, T0, T0 + 180_000, None)) == \
+        rows(table_events(job._read(spark, EVENTS, rels[1:], T0, T0 + 180_000, None)))
 
 
 def _report(client, fmt, **params):
