@@ -4,9 +4,9 @@ A fresh Spark JVM reads, verifies and links thousands of classes from PySpark's 
 before it does any work, and again in every new process: the lag service at each start,
 each ``lagjob``, each test module's session. A dynamic CDS archive (JDK 13+) holds those
 classes already parsed and verified; a JVM started with it maps them instead. Measured on
-2 cores (bench/lag_job.py, 10M rows, fresh JVM each): session up 4.4 -> 2.8 s, full run
-55.1 -> 51.6 s; with the lag service's JVM flags, session up 4.7 -> 2.3 s and its first
-query 2.0 -> 0.8 s.
+2 cores (bench/lag_job.py, fresh JVM each): session up 4.4 -> 2.7 s, the 10M-row run itself
+within its run-to-run noise; with the lag service's JVM flags, session up 4.7 -> 2.3 s and
+its first pass 11.3 -> 9.0 s of CPU (bench/lag_stream_pass.py).
 
 ``python -m dashboard.lag.class_archive`` builds it (the Makefile's install does): a JVM
 started with ``-XX:ArchiveClassesAtExit`` runs a small lag job over synthetic recordings
