@@ -126,15 +126,20 @@ async def test_a_kill_of_each_is_measured_and_its_duplicates_are_the_members_own
 
     # The C++ client heartbeats every 30 s against this broker's 3-s expiry, so it joins and
     # leaves all along: the kill's hand-offs may share a rebalance record with that churn
-    # (hand-offs 3 s apart are one rebalance), or follow one that ended after the kill. So
-    # the kill's moves are the victim's hand-offs since the kill, in whichever records.
+    # (hand-offs 3 s apart are one rebalance), or follow one that ended after the kill; and a
+    # member that rebalanced on a stale list may have taken a queue before the kill while the
+    # victim held on (an overlap the kill ended). So the kill's moves are the victim's
+    # hand-offs taken or let go since the kill, in whichever records.
     seen = {}
 
+    def by_the_kill(move):
+        return victim in move["from"] and max(move["added_ts"], move["released_ts"] or 0) >= killed_at
+
     async def kill_moves():
-        records = [r for r in view(lab)["handoffs"]["rebalances"] if r["end_ts"] >= killed_at]
+        records = [r for r in view(lab)["handoffs"]["rebalances"] if r["end_ts"] >= killed_at - 120_000]
         details = [await bus.request("rebalance", group=GROUP, rebalance_id=r["id"]) for r in records]
-        kills = [(d, [m for m in d["moves"] if m["from"] == [victim] and m["added_ts"] >= killed_at])
-                 for d in details]
+        kills = [(d, [m for m in d["moves"] if by_the_kill(m)]) for d in details]
+        seen["all"] = details
         seen["details"] = [d for d, moves in kills if moves]   # the records holding the kill's moves
         moves = seen["moves"] = [m for _, moves in kills for m in moves]
         return moves
@@ -152,6 +157,7 @@ async def test_a_kill_of_each_is_measured_and_its_duplicates_are_the_members_own
         await async_wait_until(counts_agree, timeout=30, interval=0.5,
                                message="every move from the victim measured, as the members' records say")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: held {held}, the lab's moves {seen.get('moves')}, "
-                             f"records' {seen.get('ours')}") from None
+        held_moves = [m for d in seen.get("all", ()) for m in d["moves"] if m["queue"] in held]
+        raise AssertionError(f"{exc}: held {held}, killed at {killed_at}, the lab's moves {seen.get('moves')}, "
+                             f"records' {seen.get('ours')}; every move of those queues {held_moves}") from None
     assert all(d["unmeasured"] == 0 for d in seen["details"]), seen["details"]
