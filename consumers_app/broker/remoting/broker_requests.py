@@ -92,7 +92,8 @@ class BrokerRequests:
         msg = self._stored_message(h, cmd.body, conn)
         # Written with the other sends of this read (the answer leaves after it: server.Connection).
         (offset, phys), = self.core.put([(key, msg)], defer_write=True)
-        await self.core.durable()
+        if self.core.store.sync_flush:   # (not awaited at all in async mode: the send's fast path)
+            await self.core.durable()
         # SendMessageProcessor answers AppendMessageResult.getMsgId(): the offset message id
         # (MessageDecoder.createMessageId); the client's UNIQ_KEY stays in the properties.
         return response(cmd, ext={"msgId": self._offset_id(phys), "queueId": qid, "queueOffset": offset,
