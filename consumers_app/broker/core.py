@@ -221,13 +221,14 @@ class BrokerCore:
         return queues[next(self._rr) % len(queues)]
 
     def validate_message(self, msg: "lab.LabMessage"):
-        if not msg.body:
+        size, tag = len(msg.body), msg.tag   # (each read of a upb field makes a new object)
+        if not size:
             raise BrokerError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
-        if len(msg.body) > self.cfg.max_body_size:
+        if size > self.cfg.max_body_size:
             raise BrokerError(Code.MESSAGE_BODY_TOO_LARGE,
-                              f"message body of {len(msg.body)} bytes exceeds the limit of {self.cfg.max_body_size} bytes")
-        if msg.tag and ("|" in msg.tag or not msg.tag.strip()):
-            raise BrokerError(Code.ILLEGAL_MESSAGE_TAG, f"illegal tag {msg.tag!r} (blank or containing '|')")
+                              f"message body of {size} bytes exceeds the limit of {self.cfg.max_body_size} bytes")
+        if tag and ("|" in tag or not tag.strip()):
+            raise BrokerError(Code.ILLEGAL_MESSAGE_TAG, f"illegal tag {tag!r} (blank or containing '|')")
 
     def put(self, items: list[tuple[tuple, "lab.LabMessage"]], defer_write: bool = False) -> list[tuple[int, int]]:
         """Store validated messages (delayed ones go through the schedule queue).
@@ -236,6 +237,8 @@ class BrokerCore:
         offset is the one in the schedule queue, as RocketMQ answers. ``defer_write``: see
         CommitLog.append (the caller acknowledges only after ``store.write_unwritten()``).
         """
+        if not any(M.P_DELIVER_MS in msg.properties for _, msg in items):
+            return self.store.append(items, defer_write)   # nothing delayed: every send's path
         now = int(time.time() * 1000)
         results: list = [None] * len(items)
         direct = []
