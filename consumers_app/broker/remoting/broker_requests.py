@@ -176,13 +176,17 @@ class BrokerRequests:
         store_host = self.service.store_host(self.broker)
         store_ip, store_port = wire.ipv4(store_host[0]), store_host[1]
         parts: list[bytes] = []
+        phys = None   # the queue's commit-log offsets, looked up once a message is found
 
         def fill(offset, raw) -> bool:
+            nonlocal phys
             msg = lab.LabMessage.FromString(raw)
             if tags is not None and msg.tag not in tags:
                 return False
+            if phys is None:
+                phys = self.core.store.queue(key).phys
             # The commit-log offset: what a send-back (CONSUMER_SEND_MSG_BACK) names it by.
-            parts.append(self._encode(msg, self.core.store.queue(key).phys[offset], store_ip, store_port))
+            parts.append(self._encode(msg, phys[offset], store_ip, store_port))
             return True
 
         status, nxt, lo, hi = await self.core.pull(group, key, cmd.number("queueOffset"),
