@@ -176,13 +176,25 @@ class LabAdminService(lab_grpc.LabAdminServicer):
                 membership.close_session(group, client_id)
 
     async def _answer(self, requests, context, out) -> None:
+        pulls: set[asyncio.Task] = set()   # each its own task: a long poll holds nothing else up
         try:
             async for request in requests:
                 if request.HasField("queue_offsets"):
                     answer = await self.GetQueueOffsets(request.queue_offsets, context)
                     out.put_nowait(lab.SessionMessage(id=request.id, queue_offsets=answer))
+                elif request.HasField("pull"):
+                    pull = asyncio.get_running_loop().create_task(self._session_pull(request, context, out))
+                    pulls.add(pull)
+                    pull.add_done_callback(pulls.discard)
         except Exception as exc:  # noqa: BLE001 - the member went; the stream's end says so
             log.debug("session requests ended: %s", exc)
+        finally:
+            for pull in pulls:
+                pull.cancel()
+
+    async def _session_pull(self, request, context, out) -> None:
+        answer = await self.PullBatch(request.pull, context)
+        out.put_nowait(lab.SessionMessage(id=request.id, pull=answer))
 
     # ---------------------------------------------------------------- brokers
 

@@ -34,6 +34,7 @@ from .process_queue import ProcessQueue
 from .pull_service import PullMessageService, PullRequest
 from .rebalance import RebalanceImpl, RebalanceService
 from .start_offset import compute_pull_from_where
+from .session import SessionClosed
 
 log = logging.getLogger(__name__)
 
@@ -339,14 +340,11 @@ class PushConsumer(ConsumerBase):
             memory = self.offset_store.table.get(mq, -1)
             if memory > 0:
                 commit = memory
-        conn = self.connection
         try:
-            resp = await conn.lab.PullBatch(
-                lab.PullBatchRequest(group=self.group, queue=request.lab_queue, offset=request.next_offset,
-                                     max_messages=cfg.pull_batch_size,
-                                     suspend_timeout_ms=cfg.broker_suspend_max_time_ms,
-                                     tag_expression=self.subscriptions.get(mq.topic, "*"), commit_offset=commit),
-                metadata=conn.metadata, timeout=self._pull_timeout_s)
+            resp = await self._pull_batch(lab.PullBatchRequest(
+                group=self.group, queue=request.lab_queue, offset=request.next_offset,
+                max_messages=cfg.pull_batch_size, suspend_timeout_ms=cfg.broker_suspend_max_time_ms,
+                tag_expression=self.subscriptions.get(mq.topic, "*"), commit_offset=commit))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - onException
@@ -398,6 +396,18 @@ class PushConsumer(ConsumerBase):
             self.spawn(self._fix_illegal_offset(mq, request.next_offset))
         else:
             service.execute_pull_request_later(request, cfg.pull_time_delay_ms_when_exception)
+
+    async def _pull_batch(self, pull: lab.PullBatchRequest) -> lab.PullBatchResponse:
+        """The pull on our session while it is open (a message on an open stream, not a
+        call: at 32 messages a pull the call was most of both sides' cost), else by a call."""
+        session = self.session
+        if session is not None and session.usable:
+            try:
+                return await session.pull(pull, self._pull_timeout_s)
+            except SessionClosed:
+                pass
+        conn = self.connection
+        return await conn.lab.PullBatch(pull, metadata=conn.metadata, timeout=self._pull_timeout_s)
 
     async def _fix_illegal_offset(self, mq, offset: int) -> None:
         """The OFFSET_ILLEGAL task: updateAndFreezeOffset + persist, removeProcessQueue,

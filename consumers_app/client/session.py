@@ -2,14 +2,14 @@
 
 It carries what WatchMembership does (the broker's "consumer ids changed" notices, and
 by being open, the sign that we are connected) and, beside them, the requests a
-rebalance makes at a change, answered on the same stream by id. RocketMQ's client sends
-its requests over its one remoting connection; a unary gRPC call instead costs each side
-several times what a message on an open stream does, and at a change every member asks
-at the same moment.
+rebalance makes at a change and the pulls, answered on the same stream by id. RocketMQ's
+client sends its requests over its one remoting connection; a unary gRPC call instead
+costs each side several times what a message on an open stream does, and at a change
+every member asks at the same moment.
 
 ``changes()`` opens the stream and yields each MembershipChange until it ends;
-``queue_offsets(request)`` asks while it is open (``usable``), else raises
-``SessionClosed`` so the caller makes its own call.
+``queue_offsets(request)`` and ``pull(request)`` ask while it is open (``usable``), else
+raise ``SessionClosed`` so the caller makes its own call.
 """
 from __future__ import annotations
 
@@ -30,7 +30,10 @@ class MemberSession:
         self._call = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
-        self._sending = asyncio.Lock()   # one message in flight per stream (gRPC's rule)
+        # Requests go out through one writer task (gRPC allows one write in flight): an
+        # asker cancelled meanwhile (a pull at shutdown) never cancels a write, which
+        # would cancel the stream and tell the broker we closed before our goodbye.
+        self._outbox: asyncio.Queue | None = None
 
     @property
     def usable(self) -> bool:
@@ -43,8 +46,11 @@ class MemberSession:
         if conn.network.active:
             raise SessionClosed("the network is cut")   # nothing opens; the watch tries again
         call = conn.lab.Session(metadata=conn.metadata)
+        writer = None
         try:
             await call.write(lab.SessionRequest(watch=lab.GroupRequest(group=self.group)))
+            outbox = self._outbox = asyncio.Queue()
+            writer = asyncio.get_running_loop().create_task(self._write_all(call, outbox))
             self._call = call
             async for message in call:
                 if message.HasField("change"):
@@ -52,9 +58,11 @@ class MemberSession:
                 else:
                     waiter = self._pending.pop(message.id, None)
                     if waiter is not None and not waiter.done():
-                        waiter.set_result(message.queue_offsets)
+                        waiter.set_result(message)
         finally:
-            self._call = None
+            self._call = self._outbox = None
+            if writer is not None:
+                writer.cancel()
             call.cancel()
             pending, self._pending = self._pending, {}
             for waiter in pending.values():
@@ -63,10 +71,27 @@ class MemberSession:
 
     async def queue_offsets(self, request: lab.QueueOffsetsRequest, timeout: float) -> lab.QueueOffsetsResponse:
         """LabAdmin.GetQueueOffsets, asked on the session."""
-        call = self._call
-        if call is None or not self.usable:
+        return (await self._ask(lab.SessionRequest(queue_offsets=request), timeout)).queue_offsets
+
+    async def pull(self, request: lab.PullBatchRequest, timeout: float) -> lab.PullBatchResponse:
+        """LabAdmin.PullBatch, asked on the session (a long poll is answered when it ends)."""
+        return (await self._ask(lab.SessionRequest(pull=request), timeout)).pull
+
+    async def _write_all(self, call, outbox: asyncio.Queue) -> None:
+        try:
+            while True:
+                await call.write(await outbox.get())
+        except Exception as exc:  # noqa: BLE001 - the stream ended: the reader ends with it
+            pending, self._pending = self._pending, {}
+            for waiter in pending.values():
+                if not waiter.done():
+                    waiter.set_exception(SessionClosed(f"the session ended: {exc}"))
+
+    async def _ask(self, request: lab.SessionRequest, timeout: float) -> lab.SessionMessage:
+        outbox = self._outbox
+        if outbox is None or not self.usable:
             raise SessionClosed("no session open")
-        request_id = next(self._ids)
+        request.id = request_id = next(self._ids)
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._pending[request_id] = waiter
@@ -74,18 +99,14 @@ class MemberSession:
         # 3.11 can swallow a cancellation that races the answer (and then a consumer's
         # shutdown waits forever for its rebalance task to end).
         deadline = loop.call_later(timeout, _expire, waiter, timeout)
+        outbox.put_nowait(request)
         try:
-            try:
-                async with self._sending:
-                    await call.write(lab.SessionRequest(id=request_id, queue_offsets=request))
-            except Exception as exc:  # noqa: BLE001 - the stream ended under us
-                raise SessionClosed(f"the session ended: {exc}") from exc
             return await waiter
         finally:
             deadline.cancel()
             self._pending.pop(request_id, None)
             if waiter.done() and not waiter.cancelled():
-                waiter.exception()   # seen: a write that failed first has said why already
+                waiter.exception()   # retrieved: a failure that came after the asker left
 
 
 def _expire(waiter: asyncio.Future, timeout: float) -> None:
