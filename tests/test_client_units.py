@@ -355,3 +355,61 @@ async def test_fetch_offsets_asks_on_the_open_session_else_by_a_call():
     session.usable = False        # closed (or the network cut): a call of its own
     assert await store.fetch_offsets("T", [mq]) == {mq: (5, 0, 9)}
     assert (len(on_session), len(calls)) == (1, 2)
+
+
+async def test_a_request_cancelled_on_the_session_never_cancels_the_stream():
+    """gRPC ends a whole stream when one of its writes is cancelled (checked against the
+    broker: StatusCode.CANCELLED), so a pull cancelled at shutdown must not be writing: the
+    stream would close before the goodbye and the broker would read 'closed', not 'left'.
+    Answers still come back by id, whatever order they come in."""
+    from consumers_app.client.session import MemberSession
+
+    class Stream:
+        """A session stream whose writes wait for ``gate``; cancelling one cancels us."""
+        def __init__(self):
+            self.cancelled = False
+            self.gate = asyncio.Event()
+            self.gate.set()
+            self.writing = 0          # writes begun
+            self.written: list = []
+            self.incoming: asyncio.Queue = asyncio.Queue()
+
+        async def write(self, request):
+            self.writing += 1
+            try:
+                await self.gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+            self.written.append(request)
+
+        def cancel(self):
+            self.cancelled = True
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            return await self.incoming.get()
+
+    stream = Stream()
+    conn = types.SimpleNamespace(lab=types.SimpleNamespace(Session=lambda metadata: stream), metadata=(),
+                                 network=types.SimpleNamespace(active=False))
+    session = MemberSession(conn, "G")
+    watching = asyncio.ensure_future(anext(session.changes()))
+    await async_wait_until(lambda: session.usable, timeout=5, message="the session open")
+
+    stream.gate.clear()           # the next write stays under way until we let it go
+    pulls = [asyncio.ensure_future(session.pull(lab.PullBatchRequest(offset=o), timeout=5)) for o in (1, 2, 3)]
+    await async_wait_until(lambda: stream.writing >= 2, timeout=5, message="the first pull being written")
+    pulls[0].cancel()             # as a consumer's shutdown cancels its pull tasks
+    stream.gate.set()
+    await async_wait_until(lambda: len(stream.written) == 4, timeout=5, message="every request written")
+    assert not stream.cancelled
+    assert [r.pull.offset for r in stream.written[1:]] == [1, 2, 3]
+    ids = {r.pull.offset: r.id for r in stream.written[1:]}
+    for offset in (3, 2):         # answered out of order, as held pulls are
+        stream.incoming.put_nowait(lab.SessionMessage(id=ids[offset], pull=lab.PullBatchResponse(next_begin_offset=offset)))
+    assert [(await p).next_begin_offset for p in pulls[1:]] == [2, 3]
+    assert pulls[0].cancelled()
+    watching.cancel()
