@@ -35,7 +35,7 @@ from .connection import Connection, check, new_client_id, resource
 from .remoting_connection import RemotingConnection
 from .faults import ListenerFaults
 from .offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
-from .session import MemberSession
+from .session import MemberSession, SessionClosed
 from .subscription import SubscriptionVersions
 
 log = logging.getLogger(__name__)
@@ -392,6 +392,19 @@ class ConsumerBase:
 
     def on_membership_changed(self, change) -> None:
         """Subclasses rebalance."""
+
+    async def pull_batch(self, pull: lab.PullBatchRequest, timeout_s: float) -> lab.PullBatchResponse:
+        """LabAdmin.PullBatch on our session while it is open (a message on an open stream
+        costs each side less than a call of its own: ~10 % more messages a second), else by
+        a call (the remoting connection translates it to PULL_MESSAGE)."""
+        session = self.session
+        if session is not None and session.usable:
+            try:
+                return await session.pull(pull, timeout_s)
+            except SessionClosed:
+                pass
+        conn = self.connection
+        return await conn.lab.PullBatch(pull, metadata=conn.metadata, timeout=timeout_s)
 
     async def notify_termination(self) -> None:
         try:

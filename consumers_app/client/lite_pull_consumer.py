@@ -284,12 +284,12 @@ class LitePullConsumer(ConsumerBase):
                 return cfg.pull_time_delay_ms_when_exception
             offset = aq.pull_offset = offsets[mq]
         try:
-            resp = await self.connection.lab.PullBatch(
+            resp = await self.pull_batch(
                 lab.PullBatchRequest(group=self.group, queue=aq.ref, offset=offset, max_messages=cfg.pull_batch_size,
                                      suspend_timeout_ms=cfg.broker_suspend_max_time_ms,
                                      tag_expression=self.subscriptions.get(mq.topic, self.tag_expression),
                                      commit_offset=-1),
-                metadata=self.connection.metadata, timeout=cfg.consumer_timeout_ms_when_suspend / 1000)
+                cfg.consumer_timeout_ms_when_suspend / 1000)
             check(resp.status)
         except asyncio.CancelledError:
             raise

@@ -33,7 +33,6 @@ from .message import MessageExt
 from .process_queue import ProcessQueue
 from .pull_service import PullMessageService, PullRequest
 from .rebalance import RebalanceImpl, RebalanceService
-from .session import SessionClosed
 from .start_offset import compute_pull_from_where
 
 log = logging.getLogger(__name__)
@@ -341,10 +340,10 @@ class PushConsumer(ConsumerBase):
             if memory > 0:
                 commit = memory
         try:
-            resp = await self._pull_batch(lab.PullBatchRequest(
+            resp = await self.pull_batch(lab.PullBatchRequest(
                 group=self.group, queue=request.lab_queue, offset=request.next_offset,
                 max_messages=cfg.pull_batch_size, suspend_timeout_ms=cfg.broker_suspend_max_time_ms,
-                tag_expression=self.subscriptions.get(mq.topic, "*"), commit_offset=commit))
+                tag_expression=self.subscriptions.get(mq.topic, "*"), commit_offset=commit), self._pull_timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - onException
@@ -396,18 +395,6 @@ class PushConsumer(ConsumerBase):
             self.spawn(self._fix_illegal_offset(mq, request.next_offset))
         else:
             service.execute_pull_request_later(request, cfg.pull_time_delay_ms_when_exception)
-
-    async def _pull_batch(self, pull: lab.PullBatchRequest) -> lab.PullBatchResponse:
-        """The pull on our session while it is open (a message on an open stream costs each
-        side less than a call of its own: ~10 % more messages a second), else by a call."""
-        session = self.session
-        if session is not None and session.usable:
-            try:
-                return await session.pull(pull, self._pull_timeout_s)
-            except SessionClosed:
-                pass
-        conn = self.connection
-        return await conn.lab.PullBatch(pull, metadata=conn.metadata, timeout=self._pull_timeout_s)
 
     async def _fix_illegal_offset(self, mq, offset: int) -> None:
         """The OFFSET_ILLEGAL task: updateAndFreezeOffset + persist, removeProcessQueue,
