@@ -27,7 +27,6 @@ class MemberSession:
     def __init__(self, connection, group: str):
         self.connection = connection
         self.group = group
-        self._call = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         # Requests go out through one writer task (gRPC allows one write in flight): an
@@ -38,7 +37,7 @@ class MemberSession:
     @property
     def usable(self) -> bool:
         # A cut network loses new requests: then the caller's own call is lost instead.
-        return self._call is not None and not self.connection.network.active
+        return self._outbox is not None and not self.connection.network.active
 
     async def changes(self):
         """Open the session; yield every MembershipChange until the stream ends."""
@@ -51,7 +50,6 @@ class MemberSession:
             await call.write(lab.SessionRequest(watch=lab.GroupRequest(group=self.group)))
             outbox = self._outbox = asyncio.Queue()
             writer = asyncio.get_running_loop().create_task(self._write_all(call, outbox))
-            self._call = call
             async for message in call:
                 if message.HasField("change"):
                     yield message.change
@@ -60,14 +58,11 @@ class MemberSession:
                     if waiter is not None and not waiter.done():
                         waiter.set_result(message)
         finally:
-            self._call = self._outbox = None
+            self._outbox = None
             if writer is not None:
                 writer.cancel()
             call.cancel()
-            pending, self._pending = self._pending, {}
-            for waiter in pending.values():
-                if not waiter.done():
-                    waiter.set_exception(SessionClosed("the session ended before the answer"))
+            self._fail_pending("the session ended before the answer")
 
     async def queue_offsets(self, request: lab.QueueOffsetsRequest, timeout: float) -> lab.QueueOffsetsResponse:
         """LabAdmin.GetQueueOffsets, asked on the session."""
@@ -82,10 +77,13 @@ class MemberSession:
             while True:
                 await call.write(await outbox.get())
         except Exception as exc:  # noqa: BLE001 - the stream ended: the reader ends with it
-            pending, self._pending = self._pending, {}
-            for waiter in pending.values():
-                if not waiter.done():
-                    waiter.set_exception(SessionClosed(f"the session ended: {exc}"))
+            self._fail_pending(f"the session ended: {exc}")
+
+    def _fail_pending(self, reason: str) -> None:
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            if not waiter.done():
+                waiter.set_exception(SessionClosed(reason))
 
     async def _ask(self, request: lab.SessionRequest, timeout: float) -> lab.SessionMessage:
         outbox = self._outbox
