@@ -187,6 +187,56 @@ def test_table_events_read_in_the_driver_are_the_scans_in_range_group_and_type(s
         rows(table_events(job._read(spark, EVENTS, rels[1:], T0, T0 + 180_000, None)))
 
 
+def _partial_rows(df):
+    """aggregate_samples()' rows as comparable tuples (a window's lags sorted: their order is
+    not defined)."""
+    rows = []
+    for r in df.collect():
+        d = r.asDict(recursive=True)
+        d["lags"] = sorted(d["lags"]) if d["lags"] is not None else None
+        rows.append(tuple(sorted((k, repr(v)) for k, v in d.items())))
+    return sorted(rows)
+
+
+def test_samples_reduced_as_they_are_read_are_sparks_aggregate_of_the_scan(spark, tmp_path):
+    """The job reduces the snapshots to aggregate_samples()' rows where it reads them
+    (sample_partials.py, in Spark's Python workers): the same rows as Spark's aggregation of
+    the scanned samples, for the scenario (an hour boundary, owners changing, an unknown store
+    time) and for rows a recording may hold: a queue sampled twice at one ts, an owner that
+    comes back within its minute, nulls, no commit yet - within the range and group asked."""
+    import pyarrow as pa
+
+    from consumers_app.lab.recorder import SNAPSHOT_SCHEMA, write_part
+    from dashboard.lag.partials_source import sample_partials
+    from dashboard.lag.sample_partials import by_hour
+    from dashboard.lag.snapshot_tables import aggregate_samples
+
+    job = LagJob(tmp_path / "recordings", tmp_path / "lag", spark=spark)
+    with Recorder(job.recordings) as recorder:
+        record(recorder, 0, 180)
+    base = {"group": "G2", "topic": "T", "broker": "b", "queue_id": 0, "broker_min_offset": 5,
+            "broker_max_offset": 100, "consumer_offset": 40, "owner": "c1", "cached_count": 0, "cached_bytes": 0,
+            "inflight": 0, "oldest_unconsumed_store_ts": T0 - 5_000}
+    odd = [
+        {"ts": T0 + 1_000}, {"ts": T0 + 1_000, "consumer_offset": 50},            # a tie: the greater is last
+        {"ts": T0 + 1_000, "oldest_unconsumed_store_ts": -1},                     # ... and an unknown time lag first
+        {"ts": T0 + 2_000, "owner": "c2"}, {"ts": T0 + 3_000, "owner": None}, {"ts": T0 + 4_000},  # c1 back
+        {"ts": T0 + 5_000, "consumer_offset": -1}, {"ts": T0 + 6_000, "consumer_offset": -1, "broker_min_offset": None},
+        {"ts": T0 + 7_000, "consumer_offset": None}, {"ts": T0 + 8_000, "broker_max_offset": None},
+        {"ts": T0 + 9_000, "oldest_unconsumed_store_ts": None}, {"ts": T0 + 9_500, "oldest_unconsumed_store_ts": 0},
+        {"ts": T0 + 11_000, "queue_id": 1, "group": None}, {"ts": T0 + 12_000, "broker_max_offset": 10},
+    ]
+    write_part(job.recordings, SNAPSHOTS, T0, pa.Table.from_pylist([{**base, **o} for o in odd], schema=SNAPSHOT_SCHEMA))
+    rels = sorted(list_recordings(job.recordings, SNAPSHOTS))
+    hours = by_hour(rels, job.recordings)
+    assert len(hours) == 2   # 10:58-10:59 and 11:00
+    for lo, hi, group in ((T0, T0 + 180_000, None), (T0 + 35_000, T0 + 125_000, GROUP), (T0, T0 + 60_000, "G2"),
+                          (T0, T0 + 180_000, "nobody")):
+        scanned = _partial_rows(aggregate_samples(job._read(spark, SNAPSHOTS, rels, lo, hi, group)))
+        assert _partial_rows(sample_partials(spark, hours, lo, hi, group)) == scanned
+        assert scanned or group == "nobody"
+
+
 def _report(client, fmt, **params):
     return client.get(f"/reports/lag.{fmt}", {"group": GROUP, **params})
 

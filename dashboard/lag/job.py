@@ -41,7 +41,9 @@ from . import tail
 from .event_tables import TABLE_EVENT_TYPES, compute_flow_control, compute_marks, compute_rebalances
 from .layout import DAY, STATE_FILE, TABLE_HAS_RES, list_recordings, partition_roots
 from .plan import Idle, RunPlan, plan_run
-from .snapshot_tables import (aggregate_samples, compute_owner_windows, compute_queue_windows, group_windows_from,
+from .partials_source import sample_partials
+from .sample_partials import by_hour
+from .snapshot_tables import (QUEUE_KEYS, compute_owner_windows, compute_queue_windows, group_windows_from,
                               per_ts_rows, queue_points)
 from .spark import execution_mode, spark_schema
 from .swap import swap_in
@@ -204,12 +206,14 @@ class LagJob:
         """Every table of the plan's range, from its recordings (the job's steps after the plan)."""
         (lo, hi), (read_lo, read_hi) = plan.range_ms, plan.read_ms
         spark = self.spark
-        snapshots = self._read(spark, SNAPSHOTS, to_read[SNAPSHOTS], read_lo, read_hi, p.group)
+        # The samples reduced to aggregate_samples()' rows as they are read (partials_source.py),
+        # then put where every later step wants them: by queue.
+        hours = by_hour(to_read[SNAPSHOTS], self.recordings)
+        samples = sample_partials(spark, hours, read_lo, read_hi, p.group).repartition(*QUEUE_KEYS).persist()
         events = self._read_table_events(spark, to_read[EVENTS], read_lo, read_hi, p.group)
         self._advance("read recordings")
 
         windows = in_range(lo, hi)
-        samples = aggregate_samples(snapshots).persist()
         owner_windows = compute_owner_windows(samples)
         result.windows["owner_windows"] = self._replace("owner_windows", owner_windows.filter(windows), plan, p.group)
         self._advance("owner windows")

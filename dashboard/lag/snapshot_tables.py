@@ -22,10 +22,12 @@ p95 is exact: the smallest sample v with at least 95 % of the window's samples <
 sorted array per window - at most a minute of samples; percentile_approx is no cheaper,
 being an object aggregate too, and the minute's p95 needs the raw values anyway).
 
-Cost: the samples are scanned and shuffled by queue once (no partial aggregation: the
-lag arrays are cheaper to build in one final aggregation), then aggregated off that one
-(reused) shuffle per queue and 10 s (last and first samples as struct extrema, the lags as an array), per
-queue/owner/minute and per group and sample ts (the group's sums: no second scan); the
+Cost: aggregate_samples() scans the samples and shuffles them by queue once (no partial
+aggregation: the lag arrays are cheaper to build in one final aggregation), then aggregates
+off that one (reused) shuffle per queue and 10 s (last and first samples as struct extrema, the lags as an array), per
+queue/owner/minute and per group and sample ts (the group's sums: no second scan). The batch
+job gets the same rows reduced as the files are read (sample_partials.py) and shuffles only
+those by queue; the stream runs aggregate_samples over each slice. The
 later steps group and window per queue (the status rules with O(1)-per-point window
 functions, status.py). The 1-minute queue windows are merged up from the 10-s rows (last
 of last, max of max, sums, the arrays concatenated for p95). The lag stream (stream.py)

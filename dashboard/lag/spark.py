@@ -105,6 +105,13 @@ def is_connect(session) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
 
+def runs_project_code(session) -> bool:
+    """Whether the session's Python workers import this project (a local classic session:
+    get_spark gives them this interpreter and path); a Connect server's or a cluster's
+    executors may not, so Python data sources of this project run only here."""
+    return not is_connect(session) and session.sparkContext.master.startswith("local")
+
+
 def spark_schema(arrow_schema):
     """The Spark schema of a recordings' Arrow schema (recorder.py: int64, int32, string)."""
     from pyspark.sql import types as T

@@ -71,7 +71,7 @@ from .job import JobParams, JobResult, LagJob
 from .layout import MINUTE, TABLE_HAS_RES, list_recordings
 from .snapshot_tables import (POINT_COLUMNS, QUEUE_KEYS, aggregate_samples, compute_owner_windows, compute_queue_windows,
                               group_windows_from, merge_windows, per_ts_rows, queue_points)
-from .spark import is_connect, spark_schema
+from .spark import runs_project_code, spark_schema
 from .status import CARRIED
 from .stream_input import cut_rows
 from consumers_app.lab.recorder import EVENTS, SCHEMAS, SNAPSHOTS
@@ -373,7 +373,7 @@ class LagStream:
         if queries is False or (queries is not None and queries[0].key == key):
             return queries or None
         self._queries[outputs] = False
-        if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
+        if not runs_project_code(spark):
             return None
         try:
             from .stream_input import NAME, LagStreamInput
