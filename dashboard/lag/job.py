@@ -1,7 +1,8 @@
 """The Spark lag job: recordings (recorder.py) -> lag history Parquet under ``DATA_DIR/lag``.
 
-``LagJob`` runs the computations (snapshot_tables.py: queue, group and owner windows;
-event_tables.py: rebalances, flow control, marks) over what its plan (plan.py) says, and
+``LagJob`` runs the computations (snapshot_tables.py: queue, group and owner windows, from
+the snapshots reduced to partial rows as they are read, partials_source.py; event_tables.py:
+rebalances, flow control, marks) over what its plan (plan.py) says, and
 keeps the runs' bookkeeping: the lock, ``<out>/_state.json``, the swap of the rewritten
 partitions, the retention. Tables: ``<out>/<table>/[res=10s|1m/]date=YYYY-MM-DD/hour=HH/
 *.parquet`` (layout.py), one row per window.
