@@ -266,16 +266,19 @@ def read_partials(paths: list[str], lo: int, hi: int, group: str | None) -> pa.T
     tables = []
     for path in paths:
         try:
-            tables.append(pq.read_table(path, columns=SNAPSHOT_COLUMNS))
+            # (ParquetFile, not read_table: no dataset machinery for one small file)
+            tables.append(pq.ParquetFile(path).read(columns=SNAPSHOT_COLUMNS))
         except FileNotFoundError:
             continue
     if not tables:
         return PARTIALS_SCHEMA.empty_table()
-    rows = pa.concat_tables(tables, promote_options="permissive")
+    rows = pa.concat_tables(tables)
     keep = pc.and_(pc.greater_equal(rows["ts"], lo), pc.less(rows["ts"], hi))
     if group is not None:
         keep = pc.and_(keep, pc.equal(rows["group"], group))
-    return partials(rows.filter(keep))
+    if pc.all(keep, skip_nulls=False).as_py() is not True:   # a backfill's hours lie wholly in its range
+        rows = rows.filter(keep)
+    return partials(rows)
 
 
 def by_hour(rels: list[str], base) -> list[list[str]]:
