@@ -71,6 +71,11 @@ def test_an_owner_back_within_its_minute_is_one_row_of_its_samples():
     assert no_commit["min_committed"] is None and no_commit["max_committed"] is None
 
 
+def test_rows_without_a_ts_are_left_out_as_sparks_range_filter_leaves_them():
+    assert partials(snapshots({"ts": None})).num_rows == 0
+    assert [r["ts"] for r in of_kind(partials(snapshots({"ts": None}, {"ts": T0})), "g")] == [T0]
+
+
 def test_a_groups_lag_per_ts_sums_its_queues():
     out = partials(snapshots({"ts": T0, "queue_id": 0}, {"ts": T0, "queue_id": 1, "owner": None,
                                                          "oldest_unconsumed_store_ts": -1},

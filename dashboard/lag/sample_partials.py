@@ -102,8 +102,8 @@ def _run_starts(*keys: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.flatnonzero(change) + 1))
 
 
-def _codes(column) -> np.ndarray:
-    """Dense int64 codes of a column's values (null has one of its own)."""
+def _codes(column) -> tuple[np.ndarray, int]:
+    """Dense int64 codes of a column's values (null has one of its own) and how many there are."""
     encoded = pc.dictionary_encode(column, null_encoding="encode").combine_chunks()
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
 
@@ -131,10 +131,7 @@ class _Samples:
     @classmethod
     def of(cls, snapshots: pa.Table) -> "_Samples":
         n = snapshots.num_rows
-        ts = _Column.of(snapshots["ts"])
-        if ts.nulls is not None:   # never in a recording; Spark's range filter drops them too
-            return cls.of(snapshots.filter(pc.is_valid(snapshots["ts"])))
-        ts = ts.values
+        ts = _Column.of(snapshots["ts"]).values   # no nulls (partials)
         bmin, bmax, co = (_Column.of(snapshots[c]) for c in ("broker_min_offset", "broker_max_offset", "consumer_offset"))
         oldest = _Column.of(snapshots["oldest_unconsumed_store_ts"])
         # snapshot_tables.enrich: lag = max(0, max - (the commit, or min without one)); 0 where
@@ -252,6 +249,8 @@ def _group_ts(s: _Samples) -> pa.Table:
 def partials(snapshots: pa.Table) -> pa.Table:
     """aggregate_samples()' rows (PARTIALS_SCHEMA) of snapshot rows (SNAPSHOT_COLUMNS, already
     cut to the job's range and group) that hold every sample of their windows: whole hours."""
+    if snapshots["ts"].null_count:   # never in a recording; Spark's range filter drops them too
+        snapshots = snapshots.filter(pc.is_valid(snapshots["ts"]))
     if snapshots.num_rows == 0:
         return PARTIALS_SCHEMA.empty_table()
     s = _Samples.of(snapshots)
