@@ -7,9 +7,10 @@ and owner's minute, a group's sample ts. None of those spans an hour, and a snap
 holds the rows of one hour (recorder.py: a file per 10-s slice), so the rows of whole
 hours reduce to exactly aggregate_samples()' rows, with nothing left to merge: ``partials``
 computes them with the definitions of snapshot_tables.enrich/aggregate_samples (nulls
-included), and ``LagSamplePartials`` runs it in Spark's Python workers, a partition per
-run of hours, so the job's later steps get the rows they got from aggregate_samples
-(tests/test_lag_sample_partials.py compares the two on a real Spark).
+included), and partials_source.py runs it in Spark's Python workers an hour at a time, so
+the job's later steps get the rows they got from aggregate_samples
+(tests/test_lag_job.py compares the two on a real Spark; tests/test_lag_sample_partials.py
+checks hand-computed values).
 
 Exact where Spark is deterministic: a window's last sample is the greatest
 (ts, broker_min_offset, broker_max_offset, consumer_offset, lag, owner, time_lag) and its
