@@ -108,7 +108,8 @@ def is_connect(session) -> bool:
 def runs_project_code(session) -> bool:
     """Whether the session's Python workers import this project (a local classic session:
     get_spark gives them this interpreter and path); a Connect server's or a cluster's
-    executors may not, so Python data sources of this project run only here."""
+    executors may not, so this project's Python code runs inside Spark only here (the
+    stream's input source, the batch's mapInArrow)."""
     return not is_connect(session) and session.sparkContext.master.startswith("local")
 
 
