@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .layout import MINUTE
+from .layout import MINUTE, RESOLUTIONS
+from .snapshot_tables import QUEUE_KEYS
 
-TEN_S = 10_000
-QUEUE_KEYS = ["group", "topic", "broker", "queue_id"]   # as snapshot_tables.QUEUE_KEYS
+TEN_S = RESOLUTIONS["10s"]
 
 # aggregate_samples()' Spark schema as Arrow: the union of its three kinds of rows.
 _LAST = pa.struct([("ts", pa.int64()), ("broker_min_offset", pa.int64()), ("broker_max_offset", pa.int64()),
@@ -171,7 +171,7 @@ def _rows(kind: str, keys: pa.Table, columns: dict) -> pa.Table:
     arrays = []
     for field in PARTIALS_SCHEMA:
         if field.name == "_kind":
-            arrays.append(pa.array([kind] * n, pa.string()))
+            arrays.append(pa.repeat(kind, n).cast(pa.string()))
         elif field.name in columns:
             arrays.append(pa.array(columns[field.name], field.type) if isinstance(columns[field.name], np.ndarray)
                           else columns[field.name].cast(field.type))
