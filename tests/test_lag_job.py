@@ -237,6 +237,79 @@ def test_samples_reduced_as_they_are_read_are_sparks_aggregate_of_the_scan(spark
         assert scanned or group == "nobody"
 
 
+def _status_walks(seconds: int = 900) -> list[dict]:
+    """Snapshot rows of queues whose offsets walk into every status and every time-lag case:
+    steady with catch-ups, a stall, a stop, a rewind, falling behind, missing windows (gaps of
+    exactly and more than two windows), an unknown or no store time, no or a null commit."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for q, mode in enumerate(["steady", "stall", "stop", "rewind", "behind", "gaps", "unknown", "nulls"]):
+        top = co = 0
+        for s in range(seconds):
+            top += int(rng.integers(0, 12))
+            if mode == "stop" and s > 40:
+                pass
+            elif mode == "stall" and 100 <= s < 400:
+                pass
+            elif mode == "behind":
+                co += 2
+            elif mode == "rewind" and s >= 400:
+                co = max(0, co - 500) if s == 400 else co + 3   # back, then on from there
+            elif rng.random() < 0.05:
+                co = top                                   # caught up: lag 0
+            else:
+                co = max(co, top - int(rng.integers(0, 40)))
+            if mode == "gaps" and ((s // 10) % 9 == 4 or 600 <= s < 640 or 710 <= s < 729):
+                continue
+            oldest = T0 + s * 1000 - int(rng.integers(0, 5000))
+            if mode == "unknown":
+                oldest = -1 if (s // 30) % 3 == 0 else (0 if (s // 30) % 3 == 1 else oldest)
+            committed = co
+            if mode == "nulls":
+                committed = -1 if s < 25 else (None if s % 17 == 0 else co)
+            rows.append({"ts": T0 + s * 1000, "group": "W", "topic": "T", "broker": "b", "queue_id": q,
+                         "broker_min_offset": 0, "broker_max_offset": top, "consumer_offset": committed,
+                         "owner": f"c{(s // 200 + q) % 3}", "cached_count": 0, "cached_bytes": 0, "inflight": 0,
+                         "oldest_unconsumed_store_ts": oldest})
+    return rows
+
+
+def test_queue_windows_made_in_numpy_are_sparks_functions_rows(spark, tmp_path):
+    """The batch computes its queue windows in numpy (queue_window_rows.py): the same rows,
+    statuses and end-of-window time lags as snapshot_tables' Spark functions (which the
+    stream and a Spark Connect session use), for default and other status thresholds."""
+    import pyarrow as pa
+
+    from consumers_app.lab.recorder import SNAPSHOT_SCHEMA, write_part
+    from dashboard.lag.partials_source import sample_partials
+    from dashboard.lag.queue_window_rows import compute_batch_queue_windows
+    from dashboard.lag.sample_partials import by_hour
+    from dashboard.lag.snapshot_tables import QUEUE_KEYS, compute_queue_windows, queue_points
+    from dashboard.lag.table_columns import in_range
+
+    recordings = tmp_path / "recordings"
+    rows = _status_walks()
+    for minute in range(0, 900, 60):
+        part = [r for r in rows if T0 + minute * 1000 <= r["ts"] < T0 + (minute + 60) * 1000]
+        write_part(recordings, SNAPSHOTS, T0 + minute * 1000, pa.Table.from_pylist(part, schema=SNAPSHOT_SCHEMA))
+    hours = by_hour(sorted(list_recordings(recordings, SNAPSHOTS)), recordings)
+    samples = sample_partials(spark, hours, T0, T0 + 900_000, None).repartition(*QUEUE_KEYS)
+
+    def table(df):
+        return sorted(tuple(sorted((k, repr(v)) for k, v in r.asDict().items())) for r in df.collect())
+
+    for p in (JobParams(), JobParams(status_window_ms=30_000, stop_after_ms=120_000)):
+        lo, hi = T0 + 30_000, T0 + 870_000   # a cut range: the windows before and after are not emitted
+        expected = table(compute_queue_windows(queue_points(samples, p)).filter(in_range(lo, hi)))
+        assert table(compute_batch_queue_windows(samples, p, lo, hi)) == expected
+        statuses = {dict(r)["status"] for r in expected}
+        assert statuses == {repr(s) for s in ("OK", "WARN", "STALL", "STOP", "REWIND")}
+        time_lags = [dict(r)["time_lag_ms"] for r in expected]
+        assert repr(None) in time_lags and repr(0) in time_lags
+
+
 def _report(client, fmt, **params):
     return client.get(f"/reports/lag.{fmt}", {"group": GROUP, **params})
 

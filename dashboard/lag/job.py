@@ -44,8 +44,8 @@ from .layout import DAY, STATE_FILE, TABLE_HAS_RES, list_recordings, partition_r
 from .plan import Idle, RunPlan, plan_run
 from .partials_source import sample_partials
 from .sample_partials import by_hour
-from .snapshot_tables import (QUEUE_KEYS, compute_owner_windows, compute_queue_windows, group_windows_from,
-                              per_ts_rows, queue_points)
+from .queue_window_rows import compute_batch_queue_windows
+from .snapshot_tables import QUEUE_KEYS, compute_owner_windows, group_windows_from, per_ts_rows
 from .spark import execution_mode, spark_schema
 from .swap import swap_in
 from .table_columns import in_range
@@ -218,12 +218,9 @@ class LagJob:
         owner_windows = compute_owner_windows(samples)
         result.windows["owner_windows"] = self._replace("owner_windows", owner_windows.filter(windows), plan, p.group)
         self._advance("owner windows")
-        # Cached: both resolutions come from the 10-s points; the written windows are
-        # counted and summed up into the group windows.
-        points = queue_points(samples, p).persist()
-        queue_windows = compute_queue_windows(points).filter(windows).persist()
+        # Cached: the written windows are counted and summed up into the group windows.
+        queue_windows = compute_batch_queue_windows(samples, p, lo, hi).persist()
         result.windows["queue_windows"] = self._replace("queue_windows", queue_windows, plan, p.group, cached=True)
-        points.unpersist()
         self._advance("queue windows")
         group_windows = group_windows_from(per_ts_rows(samples), queue_windows)
         result.windows["group_windows"] = self._replace("group_windows", group_windows.filter(windows), plan, p.group)

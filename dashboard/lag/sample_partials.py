@@ -87,12 +87,12 @@ class _Column:
         return pa.array(best, mask=best == neutral)
 
 
-def _window_start(ts: np.ndarray, size: int) -> np.ndarray:
+def window_start(ts: np.ndarray, size: int) -> np.ndarray:
     """``ts - ts % size`` with Java's remainder (the dividend's sign), as Spark computes it."""
     return ts - np.fmod(ts, size)
 
 
-def _run_starts(*keys: np.ndarray) -> np.ndarray:
+def run_starts(*keys: np.ndarray) -> np.ndarray:
     """Where each run of equal key tuples starts, in rows ordered by those keys."""
     n = len(keys[0])
     if n == 0:
@@ -103,7 +103,7 @@ def _run_starts(*keys: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.flatnonzero(change) + 1))
 
 
-def _codes(column) -> tuple[np.ndarray, int]:
+def codes(column) -> tuple[np.ndarray, int]:
     """Dense int64 codes of a column's values (null has one of its own) and how many there are."""
     encoded = pc.dictionary_encode(column, null_encoding="encode").combine_chunks()
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(encoded.dictionary)
@@ -147,9 +147,9 @@ class _Samples:
 
         queue = np.zeros(n, dtype=np.int64)
         for name in QUEUE_KEYS:
-            codes, size = _codes(snapshots[name])
-            queue = queue * size + codes
-        owner, _ = _codes(snapshots["owner"])
+            name_codes, size = codes(snapshots[name])
+            queue = queue * size + name_codes
+        owner, _ = codes(snapshots["owner"])
         low, span = ts.min(), int(ts.max() - ts.min()) + 1
         if int(queue.max()) < (1 << 62) // span:
             order = np.argsort(queue * span + (ts - low), kind="stable")
@@ -184,8 +184,8 @@ def _rows(kind: str, keys: pa.Table, columns: dict) -> pa.Table:
 
 def _queue_windows(s: _Samples) -> pa.Table:
     """Per queue and 10-s window ("q"): last and first samples, max/sum/count, the lags."""
-    ws = _window_start(s.ts, TEN_S)
-    starts = _run_starts(s.queue, ws)
+    ws = window_start(s.ts, TEN_S)
+    starts = run_starts(s.queue, ws)
     ends = np.append(starts[1:], len(ws)) - 1
     last = pa.StructArray.from_arrays(
         [pa.array(s.ts[ends]), s.bmin.take(s.order[ends]).arrow(), s.bmax.take(s.order[ends]).arrow(), s.co.take(ends).arrow(),
@@ -212,8 +212,8 @@ def _queue_windows(s: _Samples) -> pa.Table:
 def _owner_minutes(s: _Samples) -> pa.Table:
     """Per queue, owner and minute ("o"): the runs of one owner in ts order, then the runs of
     one key merged (an owner that held a queue, lost it and took it back within a minute)."""
-    ws = _window_start(s.ts, MINUTE)
-    starts = _run_starts(s.queue, ws, s.owner)
+    ws = window_start(s.ts, MINUTE)
+    starts = run_starts(s.queue, ws, s.owner)
     ends = np.append(starts[1:], len(ws)) - 1
     committed = _Column(s.co.values, s.co.null() | (s.co.values < 0))
     runs = s.keys_at(starts, [*QUEUE_KEYS, "owner"]).append_column("ws", pa.array(ws[starts]))

@@ -1,0 +1,264 @@
+"""The batch job's queue windows made in numpy: compute_queue_windows(queue_points(...))'
+rows - the status rules (status.py), both resolutions, p95, the end-of-window time lag -
+computed per partition of the partials in Spark's Python workers.
+
+A backfill's Spark plan for these windows (window functions for the status and the time-lag
+interpolation, the minute merge's lag arrays, two sorts of every window's lags) was ~40 %
+of its time, most of it code Spark generates and the JVM then compiles in every fresh
+process: 1.2M windows are a few vectorised passes here (bench/lag_job.py). The lag stream
+keeps the Spark functions (its pass is a few rows over a query planned once), and so does a
+session whose executors may not import this project (Spark Connect, a cluster):
+tests/test_lag_job.py checks that both give the same rows.
+
+Needs every row of a queue in one partition: the job's partials are partitioned by queue
+(``repartition(*QUEUE_KEYS)``), and ``mapInArrow`` keeps partitions as they are.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import status as rules
+from .layout import RESOLUTIONS
+from .sample_partials import PARTIALS_SCHEMA, codes, run_starts, window_start
+from .snapshot_tables import POINT_COLUMNS, QUEUE_KEYS
+
+POINTS_SCHEMA = pa.schema([PARTIALS_SCHEMA.field(c) for c in [*QUEUE_KEYS, "ws", *POINT_COLUMNS]])
+# compute_queue_windows' columns before table_columns.with_partitions (``ws`` and the
+# resolution in ms become window_start/window_end/date/hour).
+WINDOWS_SCHEMA = pa.schema([
+    *(PARTIALS_SCHEMA.field(c) for c in QUEUE_KEYS), ("ws", pa.int64()), ("res_ms", pa.int64()), ("res", pa.string()),
+    ("broker_min_offset", pa.int64()), ("broker_offset", pa.int64()), ("consumer_offset", pa.int64()),
+    ("lag", pa.int64()), ("max_lag", pa.int64()), ("avg_lag", pa.float64()), ("p95_lag", pa.int64()),
+    ("time_lag_ms", pa.int64()), ("max_time_lag_ms", pa.int64()), ("owner", pa.string()),
+    ("samples", pa.int64()), ("status", pa.string()),
+])
+_NONE = np.iinfo(np.int64).min   # "no such point" in the running maxima (Spark's null)
+
+
+class _Ints:
+    """An int64 Arrow array as values (nulls as 0) and validity."""
+
+    def __init__(self, array):
+        array = pc.cast(array, pa.int64())
+        self.valid = pc.is_valid(array).to_numpy(zero_copy_only=False)
+        self.values = pc.fill_null(array, 0).to_numpy(zero_copy_only=False)
+
+    def take(self, index):
+        taken = _Ints.__new__(_Ints)
+        taken.valid, taken.values = self.valid[index], self.values[index]
+        return taken
+
+    def arrow(self, values=None, valid=None) -> pa.Array:
+        values = self.values if values is None else values
+        valid = self.valid if valid is None else valid
+        return pa.array(values, mask=~valid)
+
+
+def _round_half_up(x: np.ndarray) -> np.ndarray:
+    """Spark's round() of a double to 0 places (HALF_UP: halves away from zero)."""
+    whole = np.trunc(x)
+    return (whole + np.sign(x) * (np.abs(x - whole) >= 0.5)).astype(np.int64)
+
+
+def _p95(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """snapshot_tables.p95 of each segment ``values[bounds[i]:bounds[i+1]]`` (none empty):
+    the k-th smallest, k = max(1, ceil(n * 0.95))."""
+    n = np.diff(bounds)
+    segment = np.repeat(np.arange(len(n), dtype=np.int64), n)
+    low, span = (int(values.min()), int(values.max()) - int(values.min()) + 1) if len(values) else (0, 1)
+    if len(n) < (1 << 62) // span:   # one sort of (segment, value) packed in an int64
+        ordered = np.sort(segment * span + (values - low)) - segment * span + low
+    else:
+        ordered = values[np.lexsort((values, segment))]
+    k = np.maximum(1, np.ceil(n * 0.95).astype(np.int64))
+    return ordered[bounds[:-1] + k - 1]
+
+
+def _previous(values: np.ndarray, first: np.ndarray, fill=0) -> np.ndarray:
+    """The value of the queue's previous point (``fill`` at a queue's first)."""
+    prev = np.empty_like(values)
+    prev[1:] = values[:-1]
+    prev[first] = fill
+    return prev
+
+
+def _statuses(queue_first: np.ndarray, queue_start: np.ndarray, ws: np.ndarray, co: _Ints, lag: np.ndarray,
+              window_ms: int, stop_after_ms: int) -> np.ndarray:
+    """status.add_status over points in (queue, ws) order: ``queue_first`` marks a queue's
+    first point, ``queue_start`` is each point's queue's first index."""
+    point = rules.POINT_MS
+    index = np.arange(len(ws))
+    has_prev = ~queue_first
+    prev_ws = _previous(ws, queue_first)
+    both_co = has_prev & co.valid & _previous(co.valid, queue_first, False)
+    prev_co = _previous(co.values, queue_first)
+    prev_lag = _previous(lag, queue_first)
+
+    def last_ws(flag):
+        """ws of the latest point of the queue at or before each with ``flag`` (_NONE if none)."""
+        at = np.maximum.accumulate(np.where(flag, index, -1))
+        return np.where(at >= queue_start, ws[np.maximum(at, 0)], _NONE)
+
+    run_start = last_ws(~has_prev | (ws - prev_ws != point))
+    rewind = last_ws(both_co & (co.values >= 0) & (prev_co >= 0) & (co.values < prev_co))
+    lag_down = last_ws(has_prev & (lag < prev_lag))
+    co_change = last_ws(both_co & (co.values != prev_co))
+    zero = last_ws(lag == 0)
+    back = window_ms // point - 1
+    first_lag_at = index - back
+    has_first_lag = first_lag_at >= queue_start
+    first_lag = lag[np.maximum(first_lag_at, 0)]
+
+    window_lo = ws - (window_ms - point)
+    pairs_lo = ws - (window_ms - 2 * point)
+    stop_lo = ws - (stop_after_ms - point)
+    full = run_start <= window_lo
+    few = ~has_prev | (prev_ws < window_lo)
+    # (_NONE < any bound: "none since" holds where nothing happened at all)
+    conditions = [
+        rewind >= pairs_lo,
+        (zero >= window_lo) | few,
+        (run_start <= stop_lo) & (co_change <= stop_lo) & (zero < stop_lo),
+        full & (co_change <= window_lo),
+        full & (lag_down < pairs_lo) & has_first_lag & (lag > first_lag),
+    ]
+    return np.select(conditions, ["REWIND", "OK", "STOP", "STALL", "WARN"], "OK").astype(object)
+
+
+def _time_lag_at_end(ws: np.ndarray, res_ms: int, queue_last: np.ndarray, last_ts: np.ndarray, last_tl: _Ints,
+                     first_ts: np.ndarray, first_tl: _Ints) -> _Ints:
+    """snapshot_tables._queue_output's time lag at the window end: interpolated towards the
+    queue's next window's first sample (not across a gap > 2 windows, nor towards an unknown
+    one), else the last sample's; never below 0; unknown stays unknown."""
+    next_ts = np.append(first_ts[1:], 0)
+    next_valid = np.append(first_tl.valid[1:], False) & ~queue_last
+    next_tl = np.append(first_tl.values[1:], 0)
+    towards = next_valid & (next_ts - last_ts <= 2 * res_ms)
+    span = np.where(towards, next_ts - last_ts, 1)
+    interpolated = last_tl.values + ((next_tl - last_tl.values) * (ws + res_ms - last_ts)) / span
+    value = np.where(towards, _round_half_up(interpolated), last_tl.values)
+    result = _Ints.__new__(_Ints)
+    result.values, result.valid = np.maximum(value, 0), last_tl.valid
+    return result
+
+
+def _windows(keys: pa.Table, res: str, ws, last, first_ts, first_tl: _Ints, max_lag, sum_lag, samples,
+             p95, max_tl: _Ints, status, queue_last) -> pa.Table:
+    res_ms = RESOLUTIONS[res]
+    last_ts, last_tl = last["ts"].values, last["time_lag"]
+    time_lag = _time_lag_at_end(ws, res_ms, queue_last, last_ts, last_tl, first_ts, first_tl)
+    n = len(ws)
+    columns = {
+        **{c: keys[c] for c in QUEUE_KEYS}, "ws": pa.array(ws), "res_ms": pa.array(np.full(n, res_ms)),
+        "res": pa.repeat(res, n).cast(pa.string()),
+        "broker_min_offset": last["broker_min_offset"].arrow(), "broker_offset": last["broker_max_offset"].arrow(),
+        "consumer_offset": last["consumer_offset"].arrow(), "lag": last["lag"].arrow(),
+        "max_lag": pa.array(max_lag), "avg_lag": pa.array(sum_lag / samples), "p95_lag": pa.array(p95),
+        "time_lag_ms": time_lag.arrow(), "max_time_lag_ms": max_tl.arrow(), "owner": last["owner"],
+        "samples": pa.array(samples), "status": pa.array(status, pa.string()),
+    }
+    return pa.Table.from_arrays([columns[f.name].cast(f.type) for f in WINDOWS_SCHEMA], schema=WINDOWS_SCHEMA)
+
+
+def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
+                stop_after_ms: int = rules.DEFAULT_STOP_AFTER_MS) -> pa.Table:
+    """compute_queue_windows(queue_points(...))' rows (WINDOWS_SCHEMA) of aggregate_samples()'
+    "q" rows (POINTS_SCHEMA) holding every point of their queues."""
+    if points.num_rows == 0:
+        return WINDOWS_SCHEMA.empty_table()
+    queue = np.zeros(points.num_rows, dtype=np.int64)
+    for name in QUEUE_KEYS:
+        column_codes, size = codes(points[name])
+        queue = queue * size + column_codes
+    ws_in = _Ints(points["ws"]).values
+    order = np.lexsort((ws_in, queue))
+    points = points.take(pa.array(order))
+    queue, ws = queue[order], ws_in[order]
+    n = len(ws)
+    queue_first = np.ones(n, dtype=bool)
+    queue_first[1:] = queue[1:] != queue[:-1]
+    queue_last = np.append(queue_first[1:], True)
+    queue_start = np.maximum.accumulate(np.where(queue_first, np.arange(n), 0))
+
+    last_struct = points["last"].combine_chunks()
+    last = {f.name: (_Ints(last_struct.field(f.name)) if f.name != "owner" else last_struct.field("owner"))
+            for f in last_struct.type}
+    first_struct = points["first"].combine_chunks()
+    first_ts, first_tl = _Ints(first_struct.field("ts")).values, _Ints(first_struct.field("time_lag"))
+    max_lag, sum_lag, samples = (_Ints(points[c]).values for c in ("max_lag", "sum_lag", "samples"))
+    max_tl = _Ints(points["max_time_lag_ms"])
+    lags = points["lags"].combine_chunks()
+    lag_values = _Ints(lags.flatten()).values
+    lag_bounds = lags.offsets.to_numpy().astype(np.int64) - lags.offsets[0].as_py()
+    status = _statuses(queue_first, queue_start, ws, last["consumer_offset"], last["lag"].values, window_ms,
+                       stop_after_ms)
+    keys = points.select(QUEUE_KEYS)
+    ten = _windows(keys, "10s", ws, last, first_ts, first_tl, max_lag, sum_lag, samples,
+                   _p95(lag_values, lag_bounds), max_tl, status, queue_last)
+
+    # Minutes: merge_windows of each queue's run of points in one minute - the last point's
+    # last sample and status, the first's first sample, maxima, sums, the lags together.
+    starts = run_starts(queue, window_start(ws, RESOLUTIONS["1m"]))
+    ends = np.append(starts[1:], n) - 1
+    minute_last = {name: (column.take(ends) if isinstance(column, _Ints) else column.take(pa.array(ends)))
+                   for name, column in last.items()}
+    minute_tl = _Ints.__new__(_Ints)
+    valid_any = np.maximum.reduceat(max_tl.valid, starts)
+    minute_tl.values = np.maximum.reduceat(np.where(max_tl.valid, max_tl.values, _NONE), starts)
+    minute_tl.valid = valid_any
+    minute_tl.values[~valid_any] = 0
+    minute_bounds = lag_bounds[np.append(starts, n)]
+    minute = _windows(keys.take(pa.array(starts)), "1m", window_start(ws[starts], RESOLUTIONS["1m"]), minute_last,
+                      first_ts[starts], first_tl.take(starts), np.maximum.reduceat(max_lag, starts),
+                      np.add.reduceat(sum_lag, starts), np.add.reduceat(samples, starts),
+                      _p95(lag_values, minute_bounds), minute_tl, status[ends], queue_last[ends])
+    return pa.concat_tables([ten, minute])
+
+
+def _table_rows(windows: pa.Table, lo: int, hi: int) -> pa.Table:
+    """window_rows()' windows that start in [lo, hi) as the queue_windows table's rows: ``ws``
+    and ``res_ms`` become table_columns.with_partitions' columns (UTC, as the session's)."""
+    ws = windows["ws"].to_numpy()
+    keep = (ws >= lo) & (ws < hi)
+    if not keep.all():
+        windows, ws = windows.filter(pa.array(keep)), ws[keep]
+    end = ws + windows["res_ms"].to_numpy()
+    days, day_of = np.unique(ws // 86_400_000, return_inverse=True)
+    dates = np.datetime_as_string(days.astype("datetime64[D]"))
+    utc = pa.timestamp("us", tz="UTC")
+    return (windows.drop_columns(["ws", "res_ms"])
+            .append_column("window_start", pa.array(ws * 1000, utc))
+            .append_column("window_end", pa.array(end * 1000, utc))
+            .append_column("date", pa.array(dates[day_of].astype(object), pa.string()))
+            .append_column("hour", pa.array(_HOURS[(ws // 3_600_000) % 24], pa.string())))
+
+
+_HOURS = np.array([f"{h:02d}" for h in range(24)], dtype=object)
+
+
+def compute_batch_queue_windows(samples, p, lo: int, hi: int):
+    """compute_queue_windows(queue_points(samples, p)) of the job's partials (partitioned by
+    queue), the windows that start in [lo, hi): made in numpy in Spark's Python workers where
+    they import this project, else by Spark's functions."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from .snapshot_tables import compute_queue_windows, queue_points
+    from .spark import runs_project_code
+    from .table_columns import in_range
+
+    if not runs_project_code(samples.sparkSession):
+        return compute_queue_windows(queue_points(samples, p)).filter(in_range(lo, hi))
+    window_ms, stop_after_ms = p.status_window_ms, p.stop_after_ms
+
+    def partition_windows(batches):
+        # A partition's every batch first: a queue's points may span batches.
+        batches = list(batches)
+        table = pa.Table.from_batches(batches) if batches else POINTS_SCHEMA.empty_table()
+        yield from _table_rows(window_rows(table, window_ms, stop_after_ms), lo, hi).to_batches()
+
+    schema = _table_rows(WINDOWS_SCHEMA.empty_table(), lo, hi).schema
+    points = samples.filter(F.col("_kind") == "q").select(*POINTS_SCHEMA.names)
+    return points.mapInArrow(partition_windows, from_arrow_schema(schema))
