@@ -80,8 +80,10 @@ def logged_in_page(browser, login_url: str, width: int, height: int):
     page = browser.new_page(viewport={"width": width, "height": height})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(login_url)
-    page.wait_for_url(re.compile(r"/$"))
+    # (60 s, not Playwright's 30: on a slow 2-core machine the CI's Spark clusters beside it
+    # once held a login page's load past 30 s; alone it takes ~1 s)
+    page.goto(login_url, timeout=60_000)
+    page.wait_for_url(re.compile(r"/$"), timeout=60_000)
     expect(page.locator("#ws-status")).to_have_attribute("data-state", "live", timeout=20_000)
     yield page
     page.close()
