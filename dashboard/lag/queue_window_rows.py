@@ -38,22 +38,28 @@ _NONE = np.iinfo(np.int64).min   # "no such point" in the running maxima (Spark'
 
 
 class _Ints:
-    """An int64 Arrow array as values (nulls as 0) and validity."""
+    """int64 values (0 where null) and their validity, as numpy arrays."""
 
-    def __init__(self, array):
+    def __init__(self, values: np.ndarray, valid: np.ndarray):
+        self.values, self.valid = values, valid
+
+    @classmethod
+    def of(cls, array) -> "_Ints":
         array = pc.cast(array, pa.int64())
-        self.valid = pc.is_valid(array).to_numpy(zero_copy_only=False)
-        self.values = pc.fill_null(array, 0).to_numpy(zero_copy_only=False)
+        return cls(pc.fill_null(array, 0).to_numpy(zero_copy_only=False),
+                   pc.is_valid(array).to_numpy(zero_copy_only=False))
 
-    def take(self, index):
-        taken = _Ints.__new__(_Ints)
-        taken.valid, taken.values = self.valid[index], self.values[index]
-        return taken
+    def take(self, index) -> "_Ints":
+        return _Ints(self.values[index], self.valid[index])
 
-    def arrow(self, values=None, valid=None) -> pa.Array:
-        values = self.values if values is None else values
-        valid = self.valid if valid is None else valid
-        return pa.array(values, mask=~valid)
+    def max_of_runs(self, starts: np.ndarray) -> "_Ints":
+        """The maximum of each run starting at ``starts``, nulls skipped (null if all are)."""
+        valid = np.maximum.reduceat(self.valid, starts)
+        values = np.maximum.reduceat(np.where(self.valid, self.values, _NONE), starts)
+        return _Ints(np.where(valid, values, 0), valid)
+
+    def arrow(self) -> pa.Array:
+        return pa.array(self.values, mask=~self.valid)
 
 
 def _round_half_up(x: np.ndarray) -> np.ndarray:
@@ -139,9 +145,7 @@ def _time_lag_at_end(ws: np.ndarray, res_ms: int, queue_last: np.ndarray, last_t
     span = np.where(towards, next_ts - last_ts, 1)
     interpolated = last_tl.values + ((next_tl - last_tl.values) * (ws + res_ms - last_ts)) / span
     value = np.where(towards, _round_half_up(interpolated), last_tl.values)
-    result = _Ints.__new__(_Ints)
-    result.values, result.valid = np.maximum(value, 0), last_tl.valid
-    return result
+    return _Ints(np.maximum(value, 0), last_tl.valid)
 
 
 def _windows(keys: pa.Table, res: str, ws, last, first_ts, first_tl: _Ints, max_lag, sum_lag, samples,
@@ -172,7 +176,7 @@ def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
     for name in QUEUE_KEYS:
         column_codes, size = codes(points[name])
         queue = queue * size + column_codes
-    ws_in = _Ints(points["ws"]).values
+    ws_in = _Ints.of(points["ws"]).values
     order = np.lexsort((ws_in, queue))
     points = points.take(pa.array(order))
     queue, ws = queue[order], ws_in[order]
@@ -183,14 +187,14 @@ def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
     queue_start = np.maximum.accumulate(np.where(queue_first, np.arange(n), 0))
 
     last_struct = points["last"].combine_chunks()
-    last = {f.name: (_Ints(last_struct.field(f.name)) if f.name != "owner" else last_struct.field("owner"))
+    last = {f.name: (_Ints.of(last_struct.field(f.name)) if f.name != "owner" else last_struct.field("owner"))
             for f in last_struct.type}
     first_struct = points["first"].combine_chunks()
-    first_ts, first_tl = _Ints(first_struct.field("ts")).values, _Ints(first_struct.field("time_lag"))
-    max_lag, sum_lag, samples = (_Ints(points[c]).values for c in ("max_lag", "sum_lag", "samples"))
-    max_tl = _Ints(points["max_time_lag_ms"])
+    first_ts, first_tl = _Ints.of(first_struct.field("ts")).values, _Ints.of(first_struct.field("time_lag"))
+    max_lag, sum_lag, samples = (_Ints.of(points[c]).values for c in ("max_lag", "sum_lag", "samples"))
+    max_tl = _Ints.of(points["max_time_lag_ms"])
     lags = points["lags"].combine_chunks()
-    lag_values = _Ints(lags.flatten()).values
+    lag_values = _Ints.of(lags.flatten()).values
     lag_bounds = lags.offsets.to_numpy().astype(np.int64) - lags.offsets[0].as_py()
     status = _statuses(queue_first, queue_start, ws, last["consumer_offset"], last["lag"].values, window_ms,
                        stop_after_ms)
@@ -204,16 +208,11 @@ def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
     ends = np.append(starts[1:], n) - 1
     minute_last = {name: (column.take(ends) if isinstance(column, _Ints) else column.take(pa.array(ends)))
                    for name, column in last.items()}
-    minute_tl = _Ints.__new__(_Ints)
-    valid_any = np.maximum.reduceat(max_tl.valid, starts)
-    minute_tl.values = np.maximum.reduceat(np.where(max_tl.valid, max_tl.values, _NONE), starts)
-    minute_tl.valid = valid_any
-    minute_tl.values[~valid_any] = 0
     minute_bounds = lag_bounds[np.append(starts, n)]
     minute = _windows(keys.take(pa.array(starts)), "1m", window_start(ws[starts], RESOLUTIONS["1m"]), minute_last,
                       first_ts[starts], first_tl.take(starts), np.maximum.reduceat(max_lag, starts),
                       np.add.reduceat(sum_lag, starts), np.add.reduceat(samples, starts),
-                      _p95(lag_values, minute_bounds), minute_tl, status[ends], queue_last[ends])
+                      _p95(lag_values, minute_bounds), max_tl.max_of_runs(starts), status[ends], queue_last[ends])
     return pa.concat_tables([ten, minute])
 
 
