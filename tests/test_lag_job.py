@@ -261,7 +261,7 @@ def _status_walks(seconds: int = 900) -> list[dict]:
                 co = top                                   # caught up: lag 0
             else:
                 co = max(co, top - int(rng.integers(0, 40)))
-            if mode == "gaps" and ((s // 10) % 9 == 4 or 600 <= s < 640 or 710 <= s < 729):
+            if mode == "gaps" and ((s // 10) % 9 == 4 or 120 <= s < 180 or 600 <= s < 640 or 710 <= s < 729):
                 continue
             oldest = T0 + s * 1000 - int(rng.integers(0, 5000))
             if mode == "unknown":
@@ -276,38 +276,53 @@ def _status_walks(seconds: int = 900) -> list[dict]:
     return rows
 
 
-def test_queue_windows_made_in_numpy_are_sparks_functions_rows(spark, tmp_path):
-    """The batch computes its queue windows in numpy (queue_window_rows.py): the same rows,
-    statuses and end-of-window time lags as snapshot_tables' Spark functions (which the
-    stream and a Spark Connect session use), for default and other status thresholds."""
+def test_snapshot_tables_made_by_the_hour_in_numpy_are_sparks_functions_rows(spark, tmp_path):
+    """A local session makes the queue, owner and group windows an hour at a time in numpy
+    (hour_tables.py): the same rows, statuses and end-of-window time lags as snapshot_tables'
+    Spark functions over the whole range (what a Spark Connect session or a cluster runs),
+    for default and other status thresholds, across an hour boundary (11:00, with a queue
+    silent for the minute after it) and for one group of two."""
     import pyarrow as pa
 
     from consumers_app.lab.recorder import SNAPSHOT_SCHEMA, write_part
+    from dashboard.lag.hour_tables import TABLE_SCHEMAS, hour_table_rows, table_of
     from dashboard.lag.partials_source import sample_partials
-    from dashboard.lag.queue_window_rows import compute_batch_queue_windows
+    from dashboard.lag.plan import plan_run
     from dashboard.lag.sample_partials import by_hour
-    from dashboard.lag.snapshot_tables import QUEUE_KEYS, compute_queue_windows, queue_points
+    from dashboard.lag.snapshot_tables import (QUEUE_KEYS, compute_owner_windows, compute_queue_windows,
+                                               group_windows_from, per_ts_rows, queue_points)
     from dashboard.lag.table_columns import in_range
 
     recordings = tmp_path / "recordings"
     rows = _status_walks()
+    rows += [{**r, "group": "W2", "queue_id": r["queue_id"] + 100} for r in rows if r["queue_id"] in (0, 2)]
     for minute in range(0, 900, 60):
         part = [r for r in rows if T0 + minute * 1000 <= r["ts"] < T0 + (minute + 60) * 1000]
         write_part(recordings, SNAPSHOTS, T0 + minute * 1000, pa.Table.from_pylist(part, schema=SNAPSHOT_SCHEMA))
-    hours = by_hour(sorted(list_recordings(recordings, SNAPSHOTS)), recordings)
-    samples = sample_partials(spark, hours, T0, T0 + 900_000, None).repartition(*QUEUE_KEYS)
+    files = {SNAPSHOTS: list_recordings(recordings, SNAPSHOTS), EVENTS: {}}
 
     def table(df):
         return sorted(tuple(sorted((k, repr(v)) for k, v in r.asDict().items())) for r in df.collect())
 
-    for p in (JobParams(), JobParams(status_window_ms=30_000, stop_after_ms=120_000)):
-        lo, hi = T0 + 30_000, T0 + 870_000   # a cut range: the windows before and after are not emitted
-        expected = table(compute_queue_windows(queue_points(samples, p)).filter(in_range(lo, hi)))
-        assert table(compute_batch_queue_windows(samples, p, lo, hi)) == expected
-        statuses = {dict(r)["status"] for r in expected}
-        assert statuses == {repr(s) for s in ("OK", "WARN", "STALL", "STOP", "REWIND")}
-        time_lags = [dict(r)["time_lag_ms"] for r in expected]
-        assert repr(None) in time_lags and repr(0) in time_lags
+    for params in ({}, {"status_window_ms": 30_000, "stop_after_ms": 120_000}, {"group": "W2"}):
+        # a cut range (10:59-11:12): the windows before and after are not emitted
+        p = JobParams(since_ms=T0 + 60_000, until_ms=T0 + 840_000, **params)
+        plan = plan_run(files, {SNAPSHOTS: set(), EVENTS: set()}, p)
+        assert len(plan.chunks) == 2
+        windows = in_range(*plan.range_ms)
+        samples = sample_partials(spark, by_hour(plan.to_read[SNAPSHOTS], recordings), *plan.read_ms,
+                                  p.group).repartition(*QUEUE_KEYS)
+        queue_windows = compute_queue_windows(queue_points(samples, p)).filter(windows)
+        expected = {"queue_windows": queue_windows, "owner_windows": compute_owner_windows(samples).filter(windows),
+                    "group_windows": group_windows_from(per_ts_rows(samples), queue_windows).filter(windows)}
+        made = hour_table_rows(spark, plan.chunks, recordings, p.group, p.status_window_ms, p.stop_after_ms)
+        for name in TABLE_SCHEMAS:
+            assert table(table_of(made, name)) == table(expected[name]), name
+        queues = [dict(r) for r in table(expected["queue_windows"])]
+        assert {r["group"] for r in queues} == ({repr("W2")} if p.group else {repr("W"), repr("W2")})
+        if p.group is None:
+            assert {r["status"] for r in queues} == {repr(s) for s in ("OK", "WARN", "STALL", "STOP", "REWIND")}
+            assert repr(None) in [r["time_lag_ms"] for r in queues] and repr(0) in [r["time_lag_ms"] for r in queues]
 
 
 def _report(client, fmt, **params):

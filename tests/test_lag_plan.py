@@ -49,8 +49,9 @@ def test_new_minutes_recompute_one_minute_before_and_the_status_window_after():
                         EVENTS: {minute_file(EVENTS, 11): T0 + 11 * MINUTE}}
     # minute 9 (interpolation towards minute 10) .. the minute after 11 plus a 60-s status window
     assert plan.range_ms == (T0 + 9 * MINUTE, T0 + 13 * MINUTE)
-    # the look-back: the longer of the status rules (stop after 300 s) plus a minute
-    assert plan.read_ms == (T0 + 9 * MINUTE - 6 * MINUTE, T0 + 14 * MINUTE)
+    # the look-back: the longer of the status rules (stop after 300 s) plus a minute; the
+    # look-ahead: two minutes (a minute window's time lag interpolates that far)
+    assert plan.read_ms == (T0 + 9 * MINUTE - 6 * MINUTE, T0 + 15 * MINUTE)
     assert plan.to_read[SNAPSHOTS] == sorted(minute_file(SNAPSHOTS, m) for m in range(3, 12))
     assert plan.to_read[EVENTS] == [minute_file(EVENTS, 11)]
 
@@ -96,8 +97,25 @@ def test_a_range_inside_one_hour_rewrites_that_hour_only():
     plan = plan_run(files, {SNAPSHOTS: set(files[SNAPSHOTS]), EVENTS: set()},
                     JobParams(since_ms=T0 - 45 * MINUTE, until_ms=T0 - 44 * MINUTE))
     assert plan.hours == [("2026-01-01", "10")]
-    # the look-back reads the files before the range: 6 minutes (stop after 300 s + 1 min)
-    assert plan.to_read[SNAPSHOTS] == sorted(minute_file(SNAPSHOTS, m) for m in range(-50, -43))
+    # the look-back reads the files before the range: 6 minutes (stop after 300 s + 1 min),
+    # the look-ahead two after it
+    assert plan.to_read[SNAPSHOTS] == sorted(minute_file(SNAPSHOTS, m) for m in range(-50, -42))
+    assert [(c.range_ms, c.rels) for c in plan.chunks] == [(plan.range_ms, plan.to_read[SNAPSHOTS])]
+
+
+def test_the_range_is_cut_into_hours_each_with_its_look_back_and_look_ahead():
+    # 10:50 .. 12:10 recorded, all of it recomputed: 10:50-11:00, 11:00-12:00, 12:00-12:11
+    files = files_of({SNAPSHOTS: list(range(-8, 73))})
+    plan = plan_run(files, {SNAPSHOTS: set(), EVENTS: set()}, JobParams(since_ms=T0 - 8 * MINUTE))
+    eleven, twelve = T0 + 2 * MINUTE, T0 + 62 * MINUTE
+    assert [c.range_ms for c in plan.chunks] == [(T0 - 8 * MINUTE, eleven), (eleven, twelve), (twelve, T0 + 73 * MINUTE)]
+    assert [c.read_ms for c in plan.chunks] == [(lo - 6 * MINUTE, hi + 2 * MINUTE) for lo, hi in
+                                                (c.range_ms for c in plan.chunks)]
+    minutes = {rel: m for rel, m in files[SNAPSHOTS].items()}
+    for chunk in plan.chunks:
+        read_lo, read_hi = chunk.read_ms
+        assert chunk.rels == sorted(rel for rel, m in minutes.items() if read_lo < m + MINUTE and m < read_hi)
+    assert [len(c.rels) for c in plan.chunks] == [10 + 2, 6 + 60 + 2, 6 + 11]
 
 
 def test_planning_needs_no_spark():

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dashboard.lag.queue_window_rows import WINDOWS_SCHEMA, _p95, _round_half_up, window_rows
+from dashboard.lag.queue_window_rows import WINDOWS_SCHEMA, p95_of_segments, _round_half_up, window_rows
 from dashboard.lag.sample_partials import partials
 
 T0 = 1_767_225_600_000   # 2026-01-01T00:00:00Z
@@ -25,10 +25,10 @@ def statuses(table: pa.Table, res: str = "10s") -> list[str]:
     return [r["status"] for r in rows]
 
 
-def test_round_half_up_and_p95_as_spark():
+def test_round_half_up_andp95_of_segments_as_spark():
     assert _round_half_up(np.array([2.5, -2.5, 2.4999999999999996, 0.5, -0.4])).tolist() == [3, -3, 2, 1, 0]
     values = np.array([*range(20, 0, -1), 7, 3, 9])
-    assert _p95(values, np.array([0, 20, 21, 23])).tolist() == [19, 7, 9]   # k = ceil(n * 0.95)
+    assert p95_of_segments(values, np.array([0, 20, 21, 23])).tolist() == [19, 7, 9]   # k = ceil(n * 0.95)
 
 
 def test_statuses_follow_the_rules_in_their_order():

@@ -1,7 +1,8 @@
 """The Spark lag job: recordings (recorder.py) -> lag history Parquet under ``DATA_DIR/lag``.
 
-``LagJob`` runs the computations (snapshot_tables.py: queue, group and owner windows, from
-the snapshots reduced to partial rows as they are read, partials_source.py; event_tables.py:
+``LagJob`` runs the computations (queue, group and owner windows: in a local session an hour
+at a time in numpy, hour_tables.py, else snapshot_tables.py's Spark functions over the
+snapshots reduced to partial rows as they are read, partials_source.py; event_tables.py:
 rebalances, flow control, marks) over what its plan (plan.py) says, and
 keeps the runs' bookkeeping: the lock, ``<out>/_state.json``, the swap of the rewritten
 partitions, the retention. Tables: ``<out>/<table>/[res=10s|1m/]date=YYYY-MM-DD/hour=HH/
@@ -42,11 +43,12 @@ from . import tail
 from .event_tables import TABLE_EVENT_TYPES, compute_flow_control, compute_marks, compute_rebalances
 from .layout import DAY, STATE_FILE, TABLE_HAS_RES, list_recordings, partition_roots
 from .plan import Idle, RunPlan, plan_run
+from .hour_tables import TABLE_SCHEMAS, hour_table_rows, table_of
 from .partials_source import sample_partials
 from .sample_partials import by_hour
-from .queue_window_rows import compute_batch_queue_windows
-from .snapshot_tables import QUEUE_KEYS, compute_owner_windows, group_windows_from, per_ts_rows
-from .spark import execution_mode, spark_schema
+from .snapshot_tables import (QUEUE_KEYS, compute_owner_windows, compute_queue_windows, group_windows_from,
+                              per_ts_rows, queue_points)
+from .spark import execution_mode, runs_project_code, spark_schema
 from .swap import swap_in
 from .table_columns import in_range
 from consumers_app import atomic
@@ -118,6 +120,14 @@ class JobResult:
         if self.range_ms:
             d["range"] = [iso(self.range_ms[0]), iso(self.range_ms[1])]
         return d
+
+
+@dataclass
+class _SnapshotTables:
+    tables: dict        # table -> DataFrame of the windows to write
+    cached: set         # the tables cached already (_replace caches the others while it writes them)
+    persisted: list     # what to unpersist once they are written
+    by_hour: bool       # an hour's rows all in one partition
 
 
 class LagJob:
@@ -205,27 +215,17 @@ class LagJob:
 
     def _compute_tables(self, p: JobParams, plan: RunPlan, to_read: dict, result: JobResult) -> None:
         """Every table of the plan's range, from its recordings (the job's steps after the plan)."""
-        (lo, hi), (read_lo, read_hi) = plan.range_ms, plan.read_ms
         spark = self.spark
-        # The samples reduced to aggregate_samples()' rows as they are read (partials_source.py),
-        # then put where every later step wants them: by queue.
-        hours = by_hour(to_read[SNAPSHOTS], self.recordings)
-        samples = sample_partials(spark, hours, read_lo, read_hi, p.group).repartition(*QUEUE_KEYS).persist()
-        events = self._read_table_events(spark, to_read[EVENTS], read_lo, read_hi, p.group)
+        snapshot = self._snapshot_tables(spark, p, plan, to_read)
+        events = self._read_table_events(spark, to_read[EVENTS], *plan.read_ms, p.group)
         self._advance("read recordings")
-
-        windows = in_range(lo, hi)
-        owner_windows = compute_owner_windows(samples)
-        result.windows["owner_windows"] = self._replace("owner_windows", owner_windows.filter(windows), plan, p.group)
-        self._advance("owner windows")
-        # Cached: the written windows are counted and summed up into the group windows.
-        queue_windows = compute_batch_queue_windows(samples, p, lo, hi).persist()
-        result.windows["queue_windows"] = self._replace("queue_windows", queue_windows, plan, p.group, cached=True)
-        self._advance("queue windows")
-        group_windows = group_windows_from(per_ts_rows(samples), queue_windows)
-        result.windows["group_windows"] = self._replace("group_windows", group_windows.filter(windows), plan, p.group)
-        samples.unpersist()
-        self._advance("group windows")
+        for name in ("owner_windows", "queue_windows", "group_windows"):
+            result.windows[name] = self._replace(name, snapshot.tables[name], plan, p.group,
+                                                 cached=name in snapshot.cached, by_hour=snapshot.by_hour)
+            self._advance(name.replace("_", " "))
+        for df in snapshot.persisted:
+            df.unpersist()
+        windows = in_range(*plan.range_ms)
         rebalances = compute_rebalances(events)
         result.windows["rebalances"] = self._replace("rebalances", rebalances.filter(windows), plan, p.group)
         self._advance("rebalances")
@@ -235,11 +235,30 @@ class LagJob:
         marks = compute_marks(events)
         result.windows["marks"] = self._replace("marks", marks.filter(windows), plan, p.group)
         self._advance("marks")
-        queue_windows.unpersist()
         try:
             (self.out / "_staging").rmdir()  # empty once every table is swapped in
         except OSError:
             pass
+
+    def _snapshot_tables(self, spark, p: JobParams, plan: RunPlan, to_read: dict) -> "_SnapshotTables":
+        """The queue, owner and group windows of the plan's range. Where Spark's Python
+        workers import this project, made by the hour in numpy, and computed and cached here
+        (hour_tables.py); else by snapshot_tables' Spark functions from the partials
+        (partials_source.py), shuffled by queue."""
+        windows = in_range(*plan.range_ms)
+        if runs_project_code(spark):
+            rows = hour_table_rows(spark, plan.chunks, self.recordings, p.group, p.status_window_ms,
+                                   p.stop_after_ms).persist()
+            rows.count()   # made and cached now: the steps after it only write
+            return _SnapshotTables({name: table_of(rows, name) for name in TABLE_SCHEMAS}, set(TABLE_SCHEMAS),
+                                   [rows], by_hour=True)
+        hours = by_hour(to_read[SNAPSHOTS], self.recordings)
+        samples = sample_partials(spark, hours, *plan.read_ms, p.group).repartition(*QUEUE_KEYS).persist()
+        # Cached: the written windows are counted and summed up into the group windows.
+        queue_windows = compute_queue_windows(queue_points(samples, p)).filter(windows).persist()
+        tables = {"owner_windows": compute_owner_windows(samples).filter(windows), "queue_windows": queue_windows,
+                  "group_windows": group_windows_from(per_ts_rows(samples), queue_windows).filter(windows)}
+        return _SnapshotTables(tables, {"queue_windows"}, [queue_windows, samples], by_hour=False)
 
     @staticmethod
     def _forget_deleted(state: dict, files: dict) -> bool:
@@ -341,9 +360,11 @@ class LagJob:
         events = pa.concat_tables(kept) if kept else EVENT_SCHEMA.empty_table()
         return spark.createDataFrame(events, schema=spark_schema(EVENT_SCHEMA))
 
-    def _replace(self, table: str, new_rows, plan: RunPlan, group: str | None, cached: bool = False) -> int:
+    def _replace(self, table: str, new_rows, plan: RunPlan, group: str | None, cached: bool = False,
+                 by_hour: bool = False) -> int:
         """Rewrite the plan's hour partitions of ``table``: kept old rows + ``new_rows``
-        (the windows of the plan's range), staged then swapped."""
+        (the windows of the plan's range; ``by_hour``: an hour's all in one partition),
+        staged then swapped."""
         from pyspark.sql import functions as F
 
         part_cols = (["res"] if TABLE_HAS_RES[table] else []) + ["date", "hour"]
@@ -368,8 +389,11 @@ class LagJob:
             kept = old.filter(~recomputed)
             merged = merged.unionByName(kept.select(*merged.columns))
         staging = self.out / "_staging" / f"{table}-{uuid.uuid4().hex}"
-        # One file per partition (an hour holds ~100k windows for 256 queues at 10 s).
-        merged.repartition(*part_cols).write.mode("overwrite").partitionBy(*part_cols).parquet(str(staging))
+        # One file per partition (an hour holds ~100k windows for 256 queues at 10 s): rows
+        # spread over partitions (or with old ones to merge) are shuffled together first.
+        if old is not None or not by_hour:
+            merged = merged.repartition(*part_cols)
+        merged.write.mode("overwrite").partitionBy(*part_cols).parquet(str(staging))
         # Every affected partition becomes exactly what was staged (or disappears), in one
         # step for readers (swap.py); then the tail stops hiding them.
         swap_in(target, staging, rels)

@@ -4,8 +4,10 @@ A pure function (``plan_run``: no Spark, no disk), so the rules are tested witho
 (tests/test_lag_plan.py). Incremental: the files not processed yet give the minutes they
 touch; the run recomputes from one minute before the first (its time lag interpolates
 towards the new samples) to the status window after the last (those statuses look back
-at the new data), reads the recordings of that range plus the status rules' look-back,
-and rewrites the hour partitions the range overlaps. ``since``/``until``/``group`` make a
+at the new data), reads the recordings of that range plus the status rules' look-back
+and the time lag's look-ahead, and rewrites the hour partitions the range overlaps. The
+range is cut into hours (``chunks``), each with its own look-back and look-ahead: a local
+session computes an hour's windows in one task (hour_tables.py). ``since``/``until``/``group`` make a
 *targeted* run instead: that range for that group, from every file, nothing marked new.
 """
 from __future__ import annotations
@@ -14,11 +16,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .layout import MINUTE, TABLE_HAS_RES, hours_between, partition_dirs
+from .layout import HOUR, MINUTE, TABLE_HAS_RES, hours_between, partition_dirs
 from consumers_app.lab.recorder import EVENTS, SNAPSHOTS
 
 if TYPE_CHECKING:
     from .job import JobParams
+
+
+# A minute window's time lag at its end interpolates towards the queue's next minute window
+# if that one's first sample is at most two windows after its last sample (snapshot_tables.
+# _queue_output): a range's last minute needs the samples of two minutes after it.
+LOOKAHEAD_MS = 2 * MINUTE
+
+
+@dataclass
+class Chunk:
+    """An hour's share of a run (or less, at the range's ends): its windows and the samples
+    they are made of."""
+    range_ms: tuple    # [lo, hi): the windows computed, within one hour
+    read_ms: tuple     # [lo, hi) of the samples read: the look-back before, the look-ahead after
+    rels: list         # sorted rels of the snapshot files that hold samples of read_ms
 
 
 @dataclass
@@ -29,6 +46,7 @@ class RunPlan:
     read_ms: tuple     # [lo, hi) of the samples read: the range, the status look-back before it
     to_read: dict      # kind -> sorted rels of the files that hold samples of read_ms
     hours: list        # (date, hour) of every hour partition the range overlaps: rewritten
+    chunks: list       # the range by the hour (Chunk), each with the snapshot files it reads
 
     def partitions(self, table: str) -> list[Path]:
         """The table's partition dirs (relative to the table) the run rewrites."""
@@ -65,9 +83,28 @@ def plan_run(files: dict, processed: dict, p: "JobParams") -> RunPlan | Idle:
         hi = max(new_minutes) + MINUTE + -(-p.status_window_ms // MINUTE) * MINUTE
     if hi <= lo:
         return Idle("nothing-new", range_ms=(lo, hi))
-    lookback = max(p.status_window_ms, p.stop_after_ms) + MINUTE
-    read_lo, read_hi = lo - lookback, hi + MINUTE
-    to_read = {kind: sorted(rel for rel, m in files[kind].items() if m + MINUTE > read_lo and m < read_hi)
-               for kind in files}
-    return RunPlan(new=new, range_ms=(lo, hi), read_ms=(read_lo, read_hi), to_read=to_read,
-                   hours=hours_between(lo, hi))
+    read = _read_range(lo, hi, p)
+    to_read = {kind: _holding(files[kind], read) for kind in files}
+    return RunPlan(new=new, range_ms=(lo, hi), read_ms=read, to_read=to_read, hours=hours_between(lo, hi),
+                   chunks=_chunks(lo, hi, files[SNAPSHOTS], p))
+
+
+def _read_range(lo: int, hi: int, p: "JobParams") -> tuple[int, int]:
+    """The samples the windows in [lo, hi) are made of: the status rules look back at most
+    max(status window, stop after) (status.py), the time lag ahead LOOKAHEAD_MS."""
+    return lo - max(p.status_window_ms, p.stop_after_ms) - MINUTE, hi + LOOKAHEAD_MS
+
+
+def _holding(minutes: dict, read: tuple) -> list:
+    """The sorted rels of the files (rel -> minute) that hold samples of [lo, hi)."""
+    return sorted(rel for rel, m in minutes.items() if m + MINUTE > read[0] and m < read[1])
+
+
+def _chunks(lo: int, hi: int, snapshot_minutes: dict, p: "JobParams") -> list[Chunk]:
+    chunks = []
+    while lo < hi:
+        end = min(hi, lo - lo % HOUR + HOUR)
+        read = _read_range(lo, end, p)
+        chunks.append(Chunk((lo, end), read, _holding(snapshot_minutes, read)))
+        lo = end
+    return chunks

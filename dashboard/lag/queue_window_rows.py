@@ -1,6 +1,6 @@
 """The batch job's queue windows made in numpy: compute_queue_windows(queue_points(...))'
 rows - the status rules (status.py), both resolutions, p95, the end-of-window time lag -
-computed per partition of the partials in Spark's Python workers.
+of a chunk's partials, in Spark's Python workers (hour_tables.py).
 
 A backfill's Spark plan for these windows (window functions for the status and the time-lag
 interpolation, the minute merge's lag arrays, two sorts of every window's lags) was ~40 %
@@ -9,9 +9,6 @@ process: 1.2M windows are a few vectorised passes here (bench/lag_job.py). The l
 keeps the Spark functions (its pass is a few rows over a query planned once), and so does a
 session whose executors may not import this project (Spark Connect, a cluster):
 tests/test_lag_job.py checks that both give the same rows.
-
-Needs every row of a queue in one partition: the job's partials are partitioned by queue
-(``repartition(*QUEUE_KEYS)``), and ``mapInArrow`` keeps partitions as they are.
 """
 from __future__ import annotations
 
@@ -37,26 +34,26 @@ WINDOWS_SCHEMA = pa.schema([
 _NONE = np.iinfo(np.int64).min   # "no such point" in the running maxima (Spark's null)
 
 
-class _Ints:
+class Ints:
     """int64 values (0 where null) and their validity, as numpy arrays."""
 
     def __init__(self, values: np.ndarray, valid: np.ndarray):
         self.values, self.valid = values, valid
 
     @classmethod
-    def of(cls, array) -> "_Ints":
+    def of(cls, array) -> "Ints":
         array = pc.cast(array, pa.int64())
         return cls(pc.fill_null(array, 0).to_numpy(zero_copy_only=False),
                    pc.is_valid(array).to_numpy(zero_copy_only=False))
 
-    def take(self, index) -> "_Ints":
-        return _Ints(self.values[index], self.valid[index])
+    def take(self, index) -> "Ints":
+        return Ints(self.values[index], self.valid[index])
 
-    def max_of_runs(self, starts: np.ndarray) -> "_Ints":
+    def max_of_runs(self, starts: np.ndarray) -> "Ints":
         """The maximum of each run starting at ``starts``, nulls skipped (null if all are)."""
         valid = np.maximum.reduceat(self.valid, starts)
         values = np.maximum.reduceat(np.where(self.valid, self.values, _NONE), starts)
-        return _Ints(np.where(valid, values, 0), valid)
+        return Ints(np.where(valid, values, 0), valid)
 
     def arrow(self) -> pa.Array:
         return pa.array(self.values, mask=~self.valid)
@@ -68,7 +65,7 @@ def _round_half_up(x: np.ndarray) -> np.ndarray:
     return (whole + np.sign(x) * (np.abs(x - whole) >= 0.5)).astype(np.int64)
 
 
-def _p95(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+def p95_of_segments(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """snapshot_tables.p95 of each segment ``values[bounds[i]:bounds[i+1]]`` (none empty):
     the k-th smallest, k = max(1, ceil(n * 0.95))."""
     n = np.diff(bounds)
@@ -90,7 +87,7 @@ def _previous(values: np.ndarray, first: np.ndarray, fill=0) -> np.ndarray:
     return prev
 
 
-def _statuses(queue_first: np.ndarray, queue_start: np.ndarray, ws: np.ndarray, co: _Ints, lag: np.ndarray,
+def _statuses(queue_first: np.ndarray, queue_start: np.ndarray, ws: np.ndarray, co: Ints, lag: np.ndarray,
               window_ms: int, stop_after_ms: int) -> np.ndarray:
     """status.add_status over points in (queue, ws) order: ``queue_first`` marks a queue's
     first point, ``queue_start`` is each point's queue's first index."""
@@ -133,8 +130,8 @@ def _statuses(queue_first: np.ndarray, queue_start: np.ndarray, ws: np.ndarray, 
     return np.select(conditions, ["REWIND", "OK", "STOP", "STALL", "WARN"], "OK").astype(object)
 
 
-def _time_lag_at_end(ws: np.ndarray, res_ms: int, queue_last: np.ndarray, last_ts: np.ndarray, last_tl: _Ints,
-                     first_ts: np.ndarray, first_tl: _Ints) -> _Ints:
+def _time_lag_at_end(ws: np.ndarray, res_ms: int, queue_last: np.ndarray, last_ts: np.ndarray, last_tl: Ints,
+                     first_ts: np.ndarray, first_tl: Ints) -> Ints:
     """snapshot_tables._queue_output's time lag at the window end: interpolated towards the
     queue's next window's first sample (not across a gap > 2 windows, nor towards an unknown
     one), else the last sample's; never below 0; unknown stays unknown."""
@@ -145,11 +142,11 @@ def _time_lag_at_end(ws: np.ndarray, res_ms: int, queue_last: np.ndarray, last_t
     span = np.where(towards, next_ts - last_ts, 1)
     interpolated = last_tl.values + ((next_tl - last_tl.values) * (ws + res_ms - last_ts)) / span
     value = np.where(towards, _round_half_up(interpolated), last_tl.values)
-    return _Ints(np.maximum(value, 0), last_tl.valid)
+    return Ints(np.maximum(value, 0), last_tl.valid)
 
 
-def _windows(keys: pa.Table, res: str, ws, last, first_ts, first_tl: _Ints, max_lag, sum_lag, samples,
-             p95, max_tl: _Ints, status, queue_last) -> pa.Table:
+def _windows(keys: pa.Table, res: str, ws, last, first_ts, first_tl: Ints, max_lag, sum_lag, samples,
+             p95, max_tl: Ints, status, queue_last) -> pa.Table:
     res_ms = RESOLUTIONS[res]
     last_ts, last_tl = last["ts"].values, last["time_lag"]
     time_lag = _time_lag_at_end(ws, res_ms, queue_last, last_ts, last_tl, first_ts, first_tl)
@@ -176,7 +173,7 @@ def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
     for name in QUEUE_KEYS:
         column_codes, size = codes(points[name])
         queue = queue * size + column_codes
-    ws_in = _Ints.of(points["ws"]).values
+    ws_in = Ints.of(points["ws"]).values
     order = np.lexsort((ws_in, queue))
     points = points.take(pa.array(order))
     queue, ws = queue[order], ws_in[order]
@@ -187,77 +184,30 @@ def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
     queue_start = np.maximum.accumulate(np.where(queue_first, np.arange(n), 0))
 
     last_struct = points["last"].combine_chunks()
-    last = {f.name: (_Ints.of(last_struct.field(f.name)) if f.name != "owner" else last_struct.field("owner"))
+    last = {f.name: (Ints.of(last_struct.field(f.name)) if f.name != "owner" else last_struct.field("owner"))
             for f in last_struct.type}
     first_struct = points["first"].combine_chunks()
-    first_ts, first_tl = _Ints.of(first_struct.field("ts")).values, _Ints.of(first_struct.field("time_lag"))
-    max_lag, sum_lag, samples = (_Ints.of(points[c]).values for c in ("max_lag", "sum_lag", "samples"))
-    max_tl = _Ints.of(points["max_time_lag_ms"])
+    first_ts, first_tl = Ints.of(first_struct.field("ts")).values, Ints.of(first_struct.field("time_lag"))
+    max_lag, sum_lag, samples = (Ints.of(points[c]).values for c in ("max_lag", "sum_lag", "samples"))
+    max_tl = Ints.of(points["max_time_lag_ms"])
     lags = points["lags"].combine_chunks()
-    lag_values = _Ints.of(lags.flatten()).values
+    lag_values = Ints.of(lags.flatten()).values
     lag_bounds = lags.offsets.to_numpy().astype(np.int64) - lags.offsets[0].as_py()
     status = _statuses(queue_first, queue_start, ws, last["consumer_offset"], last["lag"].values, window_ms,
                        stop_after_ms)
     keys = points.select(QUEUE_KEYS)
     ten = _windows(keys, "10s", ws, last, first_ts, first_tl, max_lag, sum_lag, samples,
-                   _p95(lag_values, lag_bounds), max_tl, status, queue_last)
+                   p95_of_segments(lag_values, lag_bounds), max_tl, status, queue_last)
 
     # Minutes: merge_windows of each queue's run of points in one minute - the last point's
     # last sample and status, the first's first sample, maxima, sums, the lags together.
     starts = run_starts(queue, window_start(ws, RESOLUTIONS["1m"]))
     ends = np.append(starts[1:], n) - 1
-    minute_last = {name: (column.take(ends) if isinstance(column, _Ints) else column.take(pa.array(ends)))
+    minute_last = {name: (column.take(ends) if isinstance(column, Ints) else column.take(pa.array(ends)))
                    for name, column in last.items()}
     minute_bounds = lag_bounds[np.append(starts, n)]
     minute = _windows(keys.take(pa.array(starts)), "1m", window_start(ws[starts], RESOLUTIONS["1m"]), minute_last,
                       first_ts[starts], first_tl.take(starts), np.maximum.reduceat(max_lag, starts),
                       np.add.reduceat(sum_lag, starts), np.add.reduceat(samples, starts),
-                      _p95(lag_values, minute_bounds), max_tl.max_of_runs(starts), status[ends], queue_last[ends])
+                      p95_of_segments(lag_values, minute_bounds), max_tl.max_of_runs(starts), status[ends], queue_last[ends])
     return pa.concat_tables([ten, minute])
-
-
-def _table_rows(windows: pa.Table, lo: int, hi: int) -> pa.Table:
-    """window_rows()' windows that start in [lo, hi) as the queue_windows table's rows: ``ws``
-    and ``res_ms`` become table_columns.with_partitions' columns (UTC, as the session's)."""
-    ws = windows["ws"].to_numpy()
-    keep = (ws >= lo) & (ws < hi)
-    if not keep.all():
-        windows, ws = windows.filter(pa.array(keep)), ws[keep]
-    end = ws + windows["res_ms"].to_numpy()
-    days, day_of = np.unique(ws // 86_400_000, return_inverse=True)
-    dates = np.datetime_as_string(days.astype("datetime64[D]"))
-    utc = pa.timestamp("us", tz="UTC")
-    return (windows.drop_columns(["ws", "res_ms"])
-            .append_column("window_start", pa.array(ws * 1000, utc))
-            .append_column("window_end", pa.array(end * 1000, utc))
-            .append_column("date", pa.array(dates[day_of].astype(object), pa.string()))
-            .append_column("hour", pa.array(_HOURS[(ws // 3_600_000) % 24], pa.string())))
-
-
-_HOURS = np.array([f"{h:02d}" for h in range(24)], dtype=object)
-
-
-def compute_batch_queue_windows(samples, p, lo: int, hi: int):
-    """compute_queue_windows(queue_points(samples, p)) of the job's partials (partitioned by
-    queue), the windows that start in [lo, hi): made in numpy in Spark's Python workers where
-    they import this project, else by Spark's functions."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from .snapshot_tables import compute_queue_windows, queue_points
-    from .spark import runs_project_code
-    from .table_columns import in_range
-
-    if not runs_project_code(samples.sparkSession):
-        return compute_queue_windows(queue_points(samples, p)).filter(in_range(lo, hi))
-    window_ms, stop_after_ms = p.status_window_ms, p.stop_after_ms
-
-    def partition_windows(batches):
-        # A partition's every batch first: a queue's points may span batches.
-        batches = list(batches)
-        table = pa.Table.from_batches(batches) if batches else POINTS_SCHEMA.empty_table()
-        yield from _table_rows(window_rows(table, window_ms, stop_after_ms), lo, hi).to_batches()
-
-    schema = _table_rows(WINDOWS_SCHEMA.empty_table(), lo, hi).schema
-    points = samples.filter(F.col("_kind") == "q").select(*POINTS_SCHEMA.names)
-    return points.mapInArrow(partition_windows, from_arrow_schema(schema))

@@ -7,8 +7,9 @@ and owner's minute, a group's sample ts. None of those spans an hour, and a snap
 holds the rows of one hour (recorder.py: a file per 10-s slice), so the rows of whole
 hours reduce to exactly aggregate_samples()' rows, with nothing left to merge: ``partials``
 computes them with the definitions of snapshot_tables.enrich/aggregate_samples (nulls
-included), and partials_source.py runs it in Spark's Python workers an hour at a time, so
-the job's later steps get the rows they got from aggregate_samples
+included), run an hour (plus look-back) at a time in Spark's Python workers (hour_tables.py)
+or in the driver (partials_source.py), so the job's later steps get the rows they got from
+aggregate_samples
 (tests/test_lag_job.py compares the two on a real Spark; tests/test_lag_sample_partials.py
 checks hand-computed values).
 
@@ -30,6 +31,7 @@ import pyarrow.compute as pc
 
 from .layout import MINUTE, RESOLUTIONS
 from .snapshot_tables import QUEUE_KEYS
+from consumers_app.lab.recorder import SNAPSHOT_SCHEMA
 
 TEN_S = RESOLUTIONS["10s"]
 
@@ -50,6 +52,7 @@ PARTIALS_SCHEMA = pa.schema([
 # The snapshot columns the partials are made of.
 SNAPSHOT_COLUMNS = ["ts", *QUEUE_KEYS, "owner", "broker_min_offset", "broker_max_offset", "consumer_offset",
                     "oldest_unconsumed_store_ts"]
+_SNAPSHOT_FIELDS = {f.name: f for f in SNAPSHOT_SCHEMA}
 
 _LOWEST, _HIGHEST = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
@@ -247,20 +250,27 @@ def _group_ts(s: _Samples) -> pa.Table:
         "owned": agg["owner_count"]})
 
 
-def partials(snapshots: pa.Table) -> pa.Table:
+def partial_kinds(snapshots: pa.Table) -> dict[str, pa.Table]:
     """aggregate_samples()' rows (PARTIALS_SCHEMA) of snapshot rows (SNAPSHOT_COLUMNS, already
-    cut to the job's range and group) that hold every sample of their windows: whole hours."""
+    cut to the job's range and group) that hold every sample of their windows, by kind:
+    "q" (a queue's 10-s window), "o" (a queue, owner and minute), "g" (a group's sample ts)."""
     if snapshots["ts"].null_count:   # never in a recording; Spark's range filter drops them too
         snapshots = snapshots.filter(pc.is_valid(snapshots["ts"]))
     if snapshots.num_rows == 0:
-        return PARTIALS_SCHEMA.empty_table()
+        return {kind: PARTIALS_SCHEMA.empty_table() for kind in "qog"}
     s = _Samples.of(snapshots)
-    return pa.concat_tables([_queue_windows(s), _owner_minutes(s), _group_ts(s)])
+    return {"q": _queue_windows(s), "o": _owner_minutes(s), "g": _group_ts(s)}
 
 
-def read_partials(paths: list[str], lo: int, hi: int, group: str | None) -> pa.Table:
-    """partials() of these snapshot files (whole hours of them) cut to [lo, hi) and ``group``.
-    A file deleted since it was listed (the retention) is skipped, as Spark's scan skips it."""
+def partials(snapshots: pa.Table) -> pa.Table:
+    """partial_kinds() as one table (aggregate_samples()' union)."""
+    return pa.concat_tables(partial_kinds(snapshots).values())
+
+
+def read_snapshots(paths: list[str], lo: int, hi: int, group: str | None) -> pa.Table:
+    """The SNAPSHOT_COLUMNS of these snapshot files' samples in [lo, hi) of ``group`` (every
+    group: None). A file deleted since it was listed (the retention) is skipped, as Spark's
+    scan skips it."""
     import pyarrow.parquet as pq
 
     tables = []
@@ -271,14 +281,20 @@ def read_partials(paths: list[str], lo: int, hi: int, group: str | None) -> pa.T
         except FileNotFoundError:
             continue
     if not tables:
-        return PARTIALS_SCHEMA.empty_table()
+        return pa.schema([_SNAPSHOT_FIELDS[c] for c in SNAPSHOT_COLUMNS]).empty_table()
     rows = pa.concat_tables(tables)
     keep = pc.and_(pc.greater_equal(rows["ts"], lo), pc.less(rows["ts"], hi))
     if group is not None:
         keep = pc.and_(keep, pc.equal(rows["group"], group))
     if pc.all(keep, skip_nulls=False).as_py() is not True:   # a backfill's hours lie wholly in its range
         rows = rows.filter(keep)
-    return partials(rows)
+    return rows
+
+
+def read_partials(paths: list[str], lo: int, hi: int, group: str | None) -> pa.Table:
+    """partials() of read_snapshots(): the files must hold every sample in [lo, hi) (whole
+    hours of them, or a range's)."""
+    return partials(read_snapshots(paths, lo, hi, group))
 
 
 def by_hour(rels: list[str], base) -> list[list[str]]:

@@ -27,9 +27,8 @@ aggregation: the lag arrays are cheaper to build in one final aggregation), then
 off that one (reused) shuffle per queue and 10 s (last and first samples as struct extrema, the lags as an array), per
 queue/owner/minute and per group and sample ts (the group's sums: no second scan). The batch
 job gets the same rows reduced as the files are read (sample_partials.py) and shuffles only
-those by queue, and in a local session makes its queue windows from them in numpy
-(queue_window_rows.py: queue_points and compute_queue_windows' rows); the stream runs
-aggregate_samples over each slice. The
+those by queue - or, in a local session, makes all three tables of them in numpy, an hour at
+a time (hour_tables.py); the stream runs aggregate_samples over each slice. The
 later steps group and window per queue (the status rules with O(1)-per-point window
 functions, status.py). The 1-minute queue windows are merged up from the 10-s rows (last
 of last, max of max, sums, the arrays concatenated for p95). The lag stream (stream.py)
