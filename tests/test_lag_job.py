@@ -278,14 +278,14 @@ def _status_walks(seconds: int = 900) -> list[dict]:
 
 def test_snapshot_tables_made_by_the_hour_in_numpy_are_sparks_functions_rows(spark, tmp_path):
     """A local session makes the queue, owner and group windows an hour at a time in numpy
-    (hour_tables.py): the same rows, statuses and end-of-window time lags as snapshot_tables'
-    Spark functions over the whole range (what a Spark Connect session or a cluster runs),
+    and writes them from its Python workers (hour_tables.py): the same rows, statuses and
+    end-of-window time lags as snapshot_tables' Spark functions over the whole range (what a Spark Connect session or a cluster runs),
     for default and other status thresholds, across an hour boundary (11:00, with a queue
     silent for the minute after it) and for one group of two."""
     import pyarrow as pa
 
     from consumers_app.lab.recorder import SNAPSHOT_SCHEMA, write_part
-    from dashboard.lag.hour_tables import TABLE_SCHEMAS, hour_table_rows, table_of
+    from dashboard.lag.hour_tables import TABLE_SCHEMAS, stage_hour_tables
     from dashboard.lag.partials_source import sample_partials
     from dashboard.lag.plan import plan_run
     from dashboard.lag.sample_partials import by_hour
@@ -315,9 +315,16 @@ def test_snapshot_tables_made_by_the_hour_in_numpy_are_sparks_functions_rows(spa
         queue_windows = compute_queue_windows(queue_points(samples, p)).filter(windows)
         expected = {"queue_windows": queue_windows, "owner_windows": compute_owner_windows(samples).filter(windows),
                     "group_windows": group_windows_from(per_ts_rows(samples), queue_windows).filter(windows)}
-        made = hour_table_rows(spark, plan.chunks, recordings, p.group, p.status_window_ms, p.stop_after_ms)
+        staging = tmp_path / f"staging-{len(params)}{p.group}"
+        made = stage_hour_tables(spark, plan.chunks, recordings, tmp_path / "lag", staging, p.group,
+                                 p.status_window_ms, p.stop_after_ms)
         for name in TABLE_SCHEMAS:
-            assert table(table_of(made, name)) == table(expected[name]), name
+            written = spark.read.parquet(str(staging / name))
+            assert sorted(written.columns) == sorted(expected[name].columns), name
+            assert table(written) == table(expected[name]), name
+            assert made[name] == written.count()
+        # one file per partition: the hour's (10:59) and the next's (11:00-11:12)
+        assert sorted(f.parent.name for f in (staging / "owner_windows").glob("**/*.parquet")) == ["hour=10", "hour=11"]
         queues = [dict(r) for r in table(expected["queue_windows"])]
         assert {r["group"] for r in queues} == ({repr("W2")} if p.group else {repr("W"), repr("W2")})
         if p.group is None:

@@ -1,32 +1,40 @@
-"""The batch job's snapshot tables - queue, group and owner windows - made an hour at a time
-in numpy, in Spark's Python workers (a local session; where the executors may not import
-this project, snapshot_tables' Spark functions make them from the partials: job.py).
+"""The batch job's snapshot tables - queue, group and owner windows - made and written an
+hour at a time in Spark's Python workers (a local session; where the executors may not
+import this project, snapshot_tables' Spark functions make them from the partials and Spark
+writes them: job.py).
 
 No window spans an hour, and what a window depends on besides its own samples is bounded: a
 queue's status looks back at most the longer of the status and stop windows (status.py), its
 end-of-window time lag ahead at most two windows (snapshot_tables._queue_output). So an
 hour's windows are made from that hour's recordings plus a look-back and a look-ahead
 (plan.Chunk) - as an incremental run makes its range - and one task makes all three tables
-of a chunk: its partials (sample_partials.py), the queue windows of the "q" rows
+of a chunk in numpy: its partials (sample_partials.py), the queue windows of the "q" rows
 (queue_window_rows.py), the owner windows of the "o" rows, the group windows of the "g"
-rows and of the queue windows. Spark caches the rows and writes each table; every row of
-an hour partition comes from one task, so a partition is written as one file without a
-shuffle (job._replace).
+rows and of the queue windows. The task then writes the hour's partition of each table
+with pyarrow, one file each (as the lag stream's tail is written, tail.py), merged with
+the partition's rows it does not recompute, into the job's staging; the job swaps them in.
 
 Before, the job made the partials by the hour too, but then shuffled them by queue, cached
-them and made each table in stages of its own (the queue windows by a second mapInArrow):
-10M rows took 32-41 s on local[2], ~40 % of the JVM's CPU compiling those plans' code
-(bench/lag_job.py, per-thread CPU). tests/test_lag_job.py checks the rows are the Spark
-functions' rows.
+them and made each table in stages of its own (the queue windows by a second mapInArrow),
+and Spark wrote them: 10M rows took 32-41 s on local[2], ~40 % of the JVM's CPU compiling
+those plans' code, and handing 1.2M windows over from Python and writing them ~15 s of task
+time (bench/lag_job.py; per-thread CPU, Spark's stage metrics). tests/test_lag_job.py checks
+the rows are the Spark functions' rows.
 """
 from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from . import status as rules
-from .layout import MINUTE, RESOLUTIONS
+from . import tail
+from .layout import MINUTE, RESOLUTIONS, TABLE_HAS_RES
 from .queue_window_rows import POINTS_SCHEMA, Ints, p95_of_segments, window_rows
 from .sample_partials import codes, partial_kinds, read_snapshots, run_starts, window_start
 from .table_columns import UTC_MICROS, window_columns
@@ -49,21 +57,17 @@ TABLE_SCHEMAS = {
         ("avg_lag", pa.float64()), ("p95_lag", _LONG), ("time_lag_ms", _LONG), ("max_time_lag_ms", _LONG),
         *[(f"queues_{s.lower()}", _LONG) for s in rules.STATUS_ORDER], ("status", pa.string()), *_WINDOW]),
 }
-# The three tables as one stream of rows: a column name has one type in all of them; ``_table``
-# says whose row it is.
-ROWS_SCHEMA = pa.unify_schemas(list(TABLE_SCHEMAS.values())).append(pa.field("_table", pa.string()))
 
 
-def chunk_rows(paths: list[str], range_ms: tuple, read_ms: tuple, group: str | None, window_ms: int,
-               stop_after_ms: int) -> pa.Table:
-    """Every table's windows that start in ``range_ms`` (ROWS_SCHEMA), made of the samples of
+def chunk_tables(paths: list[str], range_ms: tuple, read_ms: tuple, group: str | None, window_ms: int,
+                 stop_after_ms: int) -> dict[str, pa.Table]:
+    """Each table's windows (TABLE_SCHEMAS) that start in ``range_ms``, made of the samples of
     ``read_ms`` in these snapshot files (a plan.Chunk's)."""
     lo, hi = range_ms
     kinds = partial_kinds(read_snapshots(paths, *read_ms, group))
     windows = _in_range(window_rows(kinds["q"].select(POINTS_SCHEMA.names), window_ms, stop_after_ms), lo, hi)
-    tables = {"queue_windows": queue_rows(windows), "owner_windows": owner_rows(kinds["o"], lo, hi),
-              "group_windows": group_rows(kinds["g"], windows, lo, hi)}
-    return pa.concat_tables([_as_rows(name, table) for name, table in tables.items()])
+    return {"queue_windows": queue_rows(windows), "owner_windows": owner_rows(kinds["o"], lo, hi),
+            "group_windows": group_rows(kinds["g"], windows, lo, hi)}
 
 
 def _in_range(table: pa.Table, lo: int, hi: int) -> pa.Table:
@@ -160,35 +164,62 @@ def _from_queues(windows: pa.Table) -> pa.Table:
     })
 
 
-def _as_rows(name: str, table: pa.Table) -> pa.Table:
-    """A table's rows in ROWS_SCHEMA (the other tables' columns null)."""
-    n = table.num_rows
-    columns = {**{f.name: table[f.name] for f in table.schema}, "_table": pa.repeat(name, n).cast(pa.string())}
-    return pa.Table.from_arrays([columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in ROWS_SCHEMA],
-                                schema=ROWS_SCHEMA)
+def write_chunk(chunk: dict, group: str | None, window_ms: int, stop_after_ms: int, out: Path,
+                staging: Path) -> dict[str, int]:
+    """chunk_tables() of a chunk (a plan.Chunk as a dict: paths, lo, hi, read_lo, read_hi)
+    written as its hour's partitions of each table under ``staging/<table>``: its windows
+    plus the rows of the partition as readers see it now (the tail's, else the table's,
+    tail.py) that it does not recompute - as job._replace merges them. Returns the windows
+    made per table."""
+    lo, hi = chunk["lo"], chunk["hi"]
+    tables = chunk_tables(chunk["paths"], (lo, hi), (chunk["read_lo"], chunk["read_hi"]), group, window_ms,
+                          stop_after_ms)
+    start = datetime.fromtimestamp(lo / 1000, tz=timezone.utc)
+    for name, rows in tables.items():
+        data = sorted(c for c in rows.column_names if c not in ("res", "date", "hour"))
+        schema = rows.select(data).schema
+        for res in (RESOLUTIONS if TABLE_HAS_RES[name] else [None]):
+            rel = tail.partition_rel(res, start.strftime("%Y-%m-%d"), start.strftime("%H"))
+            new = rows.filter(pc.equal(rows["res"], res)) if res else rows
+            current = tail.read_partition(tail.tail_of(out, name) / rel, schema)
+            if current is None:
+                current = tail.read_partition(out / name / rel, schema)
+            parts = [new.select(data)]
+            if current is not None:
+                ws = pc.cast(current["window_start"], pa.int64())
+                recomputed = pc.and_(pc.greater_equal(ws, lo * 1000), pc.less(ws, hi * 1000))
+                if group is not None:
+                    recomputed = pc.and_(recomputed, pc.equal(current["group"], group))
+                parts.insert(0, current.filter(pc.invert(recomputed)))
+            merged = pa.concat_tables(parts)
+            if merged.num_rows:
+                # Named after the chunk: a task run again replaces its file, never adds one.
+                (staging / name / rel).mkdir(parents=True, exist_ok=True)
+                path = staging / name / rel / f"part-{lo}.zstd.parquet"
+                pq.write_table(merged, f"{path}.tmp", compression="zstd")
+                os.replace(f"{path}.tmp", path)
+    return {name: rows.num_rows for name, rows in tables.items()}
 
 
-def hour_table_rows(spark, chunks: list, recordings, group: str | None, window_ms: int, stop_after_ms: int):
-    """chunk_rows() of every plan.Chunk (its snapshot files under ``recordings``), made in
-    Spark's Python workers: a DataFrame of ROWS_SCHEMA, a chunk's rows all in one partition."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+def stage_hour_tables(spark, chunks: list, recordings: Path, out: Path, staging: Path, group: str | None,
+                      window_ms: int, stop_after_ms: int) -> dict[str, int]:
+    """write_chunk() of every plan.Chunk (its snapshot files under ``recordings``), in
+    Spark's Python workers, one task per chunk at a time; returns the windows made per table."""
     listing = spark.createDataFrame(
         [([str(recordings / rel) for rel in c.rels], *c.range_ms, *c.read_ms) for c in chunks],
         "paths array<string>, lo long, hi long, read_lo long, read_hi long")
 
-    def make(batches):
+    def write(batches):
         for batch in batches:
-            for c in batch.to_pylist():
-                rows = chunk_rows(c["paths"], (c["lo"], c["hi"]), (c["read_lo"], c["read_hi"]), group, window_ms,
-                                  stop_after_ms)
-                yield from rows.to_batches()
+            for chunk in batch.to_pylist():
+                made = write_chunk(chunk, group, window_ms, stop_after_ms, out, staging)
+                yield pa.RecordBatch.from_pydict({"table": list(made), "windows": list(made.values())},
+                                                 schema=_MADE)
 
-    return listing.mapInArrow(make, from_arrow_schema(ROWS_SCHEMA))
+    counts = dict.fromkeys(TABLE_SCHEMAS, 0)
+    for row in listing.mapInArrow(write, "table string, windows long").collect():
+        counts[row["table"]] += row["windows"]
+    return counts
 
 
-def table_of(rows, name: str):
-    """One table's rows of hour_table_rows()."""
-    from pyspark.sql import functions as F
-
-    return rows.filter(F.col("_table") == name).select(*TABLE_SCHEMAS[name].names)
+_MADE = pa.schema([("table", pa.string()), ("windows", pa.int64())])

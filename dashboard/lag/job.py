@@ -43,7 +43,7 @@ from . import tail
 from .event_tables import TABLE_EVENT_TYPES, compute_flow_control, compute_marks, compute_rebalances
 from .layout import DAY, STATE_FILE, TABLE_HAS_RES, list_recordings, partition_roots
 from .plan import Idle, RunPlan, plan_run
-from .hour_tables import TABLE_SCHEMAS, hour_table_rows, table_of
+from .hour_tables import stage_hour_tables
 from .partials_source import sample_partials
 from .sample_partials import by_hour
 from .snapshot_tables import (QUEUE_KEYS, compute_owner_windows, compute_queue_windows, group_windows_from,
@@ -55,6 +55,7 @@ from consumers_app import atomic
 from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS, prune_hours
 
 Progress = Callable[[int, int, str], None]
+SNAPSHOT_TABLES = ("owner_windows", "queue_windows", "group_windows")
 
 
 class JobBusy(RuntimeError):
@@ -216,15 +217,30 @@ class LagJob:
     def _compute_tables(self, p: JobParams, plan: RunPlan, to_read: dict, result: JobResult) -> None:
         """Every table of the plan's range, from its recordings (the job's steps after the plan)."""
         spark = self.spark
-        snapshot = self._snapshot_tables(spark, p, plan, to_read)
-        events = self._read_table_events(spark, to_read[EVENTS], *plan.read_ms, p.group)
-        self._advance("read recordings")
-        for name in ("owner_windows", "queue_windows", "group_windows"):
-            result.windows[name] = self._replace(name, snapshot.tables[name], plan, p.group,
-                                                 cached=name in snapshot.cached, by_hour=snapshot.by_hour)
-            self._advance(name.replace("_", " "))
-        for df in snapshot.persisted:
-            df.unpersist()
+        staging = self.out / "_staging" / f"hours-{uuid.uuid4().hex}"
+        try:
+            if runs_project_code(spark):
+                # Made by the hour in Spark's Python workers and written there (hour_tables.py).
+                made = stage_hour_tables(spark, plan.chunks, self.recordings, self.out, staging, p.group,
+                                         p.status_window_ms, p.stop_after_ms)
+                snapshot_tables = None
+            else:
+                snapshot_tables, persisted = self._spark_snapshot_tables(spark, p, plan, to_read)
+            events = self._read_table_events(spark, to_read[EVENTS], *plan.read_ms, p.group)
+            self._advance("read recordings")
+            for name in SNAPSHOT_TABLES:
+                if snapshot_tables is None:
+                    self._swap_in(name, staging / name, plan)
+                    result.windows[name] = made[name]
+                else:
+                    result.windows[name] = self._replace(name, snapshot_tables[name], plan, p.group,
+                                                         cached=name == "queue_windows")
+                self._advance(name.replace("_", " "))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if snapshot_tables is not None:
+            for df in persisted:
+                df.unpersist()
         windows = in_range(*plan.range_ms)
         rebalances = compute_rebalances(events)
         result.windows["rebalances"] = self._replace("rebalances", rebalances.filter(windows), plan, p.group)
@@ -240,25 +256,18 @@ class LagJob:
         except OSError:
             pass
 
-    def _snapshot_tables(self, spark, p: JobParams, plan: RunPlan, to_read: dict) -> "_SnapshotTables":
-        """The queue, owner and group windows of the plan's range. Where Spark's Python
-        workers import this project, made by the hour in numpy, and computed and cached here
-        (hour_tables.py); else by snapshot_tables' Spark functions from the partials
-        (partials_source.py), shuffled by queue."""
+    def _spark_snapshot_tables(self, spark, p: JobParams, plan: RunPlan, to_read: dict) -> tuple[dict, list]:
+        """The queue, owner and group windows of the plan's range by snapshot_tables' Spark
+        functions, from the partials (partials_source.py) shuffled by queue - where Spark's
+        Python workers may not import this project. Returns them and what to unpersist."""
         windows = in_range(*plan.range_ms)
-        if runs_project_code(spark):
-            rows = hour_table_rows(spark, plan.chunks, self.recordings, p.group, p.status_window_ms,
-                                   p.stop_after_ms).persist()
-            rows.count()   # made and cached now: the steps after it only write
-            return _SnapshotTables({name: table_of(rows, name) for name in TABLE_SCHEMAS}, set(TABLE_SCHEMAS),
-                                   [rows], by_hour=True)
         hours = by_hour(to_read[SNAPSHOTS], self.recordings)
         samples = sample_partials(spark, hours, *plan.read_ms, p.group).repartition(*QUEUE_KEYS).persist()
         # Cached: the written windows are counted and summed up into the group windows.
         queue_windows = compute_queue_windows(queue_points(samples, p)).filter(windows).persist()
         tables = {"owner_windows": compute_owner_windows(samples).filter(windows), "queue_windows": queue_windows,
                   "group_windows": group_windows_from(per_ts_rows(samples), queue_windows).filter(windows)}
-        return _SnapshotTables(tables, {"queue_windows"}, [queue_windows, samples], by_hour=False)
+        return tables, [queue_windows, samples]
 
     @staticmethod
     def _forget_deleted(state: dict, files: dict) -> bool:
@@ -360,11 +369,16 @@ class LagJob:
         events = pa.concat_tables(kept) if kept else EVENT_SCHEMA.empty_table()
         return spark.createDataFrame(events, schema=spark_schema(EVENT_SCHEMA))
 
-    def _replace(self, table: str, new_rows, plan: RunPlan, group: str | None, cached: bool = False,
-                 by_hour: bool = False) -> int:
+    def _swap_in(self, table: str, staging: Path, plan: RunPlan) -> None:
+        """Every partition of ``table`` the plan rewrites becomes exactly what is staged for it
+        (or disappears), in one step for readers (swap.py); then the tail stops hiding them."""
+        rels = set(plan.partitions(table))
+        swap_in(self.out / table, staging, rels)
+        tail.drop(self.out, table, rels)
+
+    def _replace(self, table: str, new_rows, plan: RunPlan, group: str | None, cached: bool = False) -> int:
         """Rewrite the plan's hour partitions of ``table``: kept old rows + ``new_rows``
-        (the windows of the plan's range; ``by_hour``: an hour's all in one partition),
-        staged then swapped."""
+        (the windows of the plan's range), staged then swapped."""
         from pyspark.sql import functions as F
 
         part_cols = (["res"] if TABLE_HAS_RES[table] else []) + ["date", "hour"]
@@ -389,15 +403,9 @@ class LagJob:
             kept = old.filter(~recomputed)
             merged = merged.unionByName(kept.select(*merged.columns))
         staging = self.out / "_staging" / f"{table}-{uuid.uuid4().hex}"
-        # One file per partition (an hour holds ~100k windows for 256 queues at 10 s): rows
-        # spread over partitions (or with old ones to merge) are shuffled together first.
-        if old is not None or not by_hour:
-            merged = merged.repartition(*part_cols)
-        merged.write.mode("overwrite").partitionBy(*part_cols).parquet(str(staging))
-        # Every affected partition becomes exactly what was staged (or disappears), in one
-        # step for readers (swap.py); then the tail stops hiding them.
-        swap_in(target, staging, rels)
-        tail.drop(self.out, table, rels)
+        # One file per partition (an hour holds ~100k windows for 256 queues at 10 s).
+        merged.repartition(*part_cols).write.mode("overwrite").partitionBy(*part_cols).parquet(str(staging))
+        self._swap_in(table, staging, plan)
         shutil.rmtree(staging, ignore_errors=True)
         count = new_rows.count()
         if not cached:

@@ -91,7 +91,8 @@ def _key(table: pa.Table, name: str) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "\u0001")
 
 
-def _read_partition(directory: Path, schema: pa.Schema) -> pa.Table | None:
+def read_partition(directory: Path, schema: pa.Schema) -> pa.Table | None:
+    """A partition dir's rows in ``schema`` (None without a Parquet file)."""
     files = sorted(directory.glob("*.parquet")) if directory.is_dir() else []
     if not files:
         return None
@@ -119,9 +120,9 @@ def upsert(out: Path, name: str, rows: pa.Table, part_cols: list[str]) -> int:
                 eq = pc.equal(rows[col], values[col])
                 mask = eq if mask is None else pc.and_(mask, eq)
             new = rows.filter(mask).select(data_cols)
-            current = _read_partition(tail / rel, schema)
+            current = read_partition(tail / rel, schema)
             if current is None:
-                current = _read_partition(main / rel, schema)
+                current = read_partition(main / rel, schema)
             if current is not None and current.num_rows:
                 kept = current.filter(pc.invert(pc.is_in(_key(current, name), value_set=_key(new, name))))
                 new = pa.concat_tables([kept, new])
