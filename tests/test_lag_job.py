@@ -4,6 +4,7 @@ import csv
 import re
 import io
 import json
+import sys
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -330,6 +331,23 @@ def test_snapshot_tables_made_by_the_hour_in_numpy_are_sparks_functions_rows(spa
         if p.group is None:
             assert {r["status"] for r in queues} == {repr(s) for s in ("OK", "WARN", "STALL", "STOP", "REWIND")}
             assert repr(None) in [r["time_lag_ms"] for r in queues] and repr(0) in [r["time_lag_ms"] for r in queues]
+
+
+def test_python_workers_import_the_installed_pyspark_not_the_zip(spark):
+    """A local session's Python workers run dashboard/lag/python_daemon.py: PySpark from the
+    installed (compiled) package, not from the pyspark.zip Spark puts first on their path."""
+    import pyarrow as pa
+
+    def where(batches):
+        import pyspark
+        import pyspark.worker
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"file": [pyspark.worker.__file__], "daemon": [sys.argv[0]]})
+
+    found = spark.range(1).mapInArrow(where, "file string, daemon string").collect()[0]
+    assert "pyspark.zip" not in found["file"] and found["file"].endswith("worker.py"), found
+    assert found["daemon"].endswith("python_daemon.py"), found
 
 
 def _report(client, fmt, **params):

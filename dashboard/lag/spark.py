@@ -60,10 +60,6 @@ BASE_CONF = {
     # not loopback TCP: each leaf's small request/answer exchange stalled ~90 ms on TCP
     # (both sides waiting, py-spy and jstack); a 64 x 256 stream pass went 2.1 -> 0.7 s wall.
     "spark.python.unix.domain.socket.enabled": "true",
-    # Arrow batches to Python workers (mapInArrow) cut by rows only (maxRecordsPerBatch): below
-    # INT_MAX, Spark sizes the batch being built after every row it adds (~4 % of a 10M-row
-    # backfill's task samples, JFR).
-    "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
 }
 
 
@@ -144,9 +140,12 @@ def get_spark(master: str | None = None, app_name: str = "rebalance-lab-lag"):
     java_opts += " " + os.environ.get("LAG_SPARK_EXTRA_JAVA_OPTS", BATCH_JAVA_OPTS)
     # Spark's classes mapped from this environment's archive, not loaded one by one (class_archive.py).
     java_opts = f"{java_opts} {class_archive.java_options()}".rstrip()
-    builder = builder.master(master or os.environ.get("SPARK_MASTER") or "local[*]")
+    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
+    builder = builder.master(master)
     for key, value in BASE_CONF.items():
         builder = builder.config(key, value)
+    if master.startswith("local"):   # (a cluster's executors may not import this project)
+        builder = builder.config("spark.python.daemon.module", "dashboard.lag.python_daemon")
     builder = (builder
                .config("spark.driver.memory", os.environ.get("LAG_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.driver.extraJavaOptions", java_opts)
