@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 from . import status as rules
 from . import tail
 from .layout import MINUTE, RESOLUTIONS, TABLE_HAS_RES
-from .queue_window_rows import POINTS_SCHEMA, Ints, p95_of_segments, window_rows
-from .sample_partials import codes, partial_kinds, read_snapshots, run_starts, window_start
+from .queue_window_rows import POINTS_SCHEMA, p95_of_segments, window_rows
+from .sample_partials import Ints, codes, partial_kinds, read_snapshots, run_starts, window_start
 from .table_columns import UTC_MICROS, window_columns
 
 _KEYS = [("group", pa.string()), ("topic", pa.string()), ("broker", pa.string()), ("queue_id", pa.int32())]
@@ -156,8 +156,8 @@ def _from_queues(windows: pa.Table) -> pa.Table:
     at = pa.array(order[starts])
     return pa.table({
         "group": windows["group"].take(at), "res": windows["res"].take(at), "ws": ws[order][starts],
-        "time_lag_ms": Ints.of(windows["time_lag_ms"]).take(order).max_of_runs(starts).arrow(),
-        "max_time_lag_ms": Ints.of(windows["max_time_lag_ms"]).take(order).max_of_runs(starts).arrow(),
+        "time_lag_ms": Ints.of(windows["time_lag_ms"]).take(order).of_runs(np.maximum, starts).arrow(),
+        "max_time_lag_ms": Ints.of(windows["max_time_lag_ms"]).take(order).of_runs(np.maximum, starts).arrow(),
         **{f"queues_{s.lower()}": np.add.reduceat((rank == k).astype(np.int64), starts)
            for k, s in enumerate(rules.STATUS_ORDER)},
         "status": pa.array(np.array(rules.STATUS_ORDER, dtype=object)[worst], pa.string()),

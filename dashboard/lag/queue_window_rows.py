@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import status as rules
 from .layout import RESOLUTIONS
-from .sample_partials import PARTIALS_SCHEMA, codes, run_starts, window_start
+from .sample_partials import PARTIALS_SCHEMA, Ints, codes, run_starts, window_start
 from .snapshot_tables import POINT_COLUMNS, QUEUE_KEYS
 
 POINTS_SCHEMA = pa.schema([PARTIALS_SCHEMA.field(c) for c in [*QUEUE_KEYS, "ws", *POINT_COLUMNS]])
@@ -32,31 +31,6 @@ WINDOWS_SCHEMA = pa.schema([
     ("samples", pa.int64()), ("status", pa.string()),
 ])
 _NONE = np.iinfo(np.int64).min   # "no such point" in the running maxima (Spark's null)
-
-
-class Ints:
-    """int64 values (0 where null) and their validity, as numpy arrays."""
-
-    def __init__(self, values: np.ndarray, valid: np.ndarray):
-        self.values, self.valid = values, valid
-
-    @classmethod
-    def of(cls, array) -> "Ints":
-        array = pc.cast(array, pa.int64())
-        return cls(pc.fill_null(array, 0).to_numpy(zero_copy_only=False),
-                   pc.is_valid(array).to_numpy(zero_copy_only=False))
-
-    def take(self, index) -> "Ints":
-        return Ints(self.values[index], self.valid[index])
-
-    def max_of_runs(self, starts: np.ndarray) -> "Ints":
-        """The maximum of each run starting at ``starts``, nulls skipped (null if all are)."""
-        valid = np.maximum.reduceat(self.valid, starts)
-        values = np.maximum.reduceat(np.where(self.valid, self.values, _NONE), starts)
-        return Ints(np.where(valid, values, 0), valid)
-
-    def arrow(self) -> pa.Array:
-        return pa.array(self.values, mask=~self.valid)
 
 
 def _round_half_up(x: np.ndarray) -> np.ndarray:
@@ -209,5 +183,5 @@ def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
     minute = _windows(keys.take(pa.array(starts)), "1m", window_start(ws[starts], RESOLUTIONS["1m"]), minute_last,
                       first_ts[starts], first_tl.take(starts), np.maximum.reduceat(max_lag, starts),
                       np.add.reduceat(sum_lag, starts), np.add.reduceat(samples, starts),
-                      p95_of_segments(lag_values, minute_bounds), max_tl.max_of_runs(starts), status[ends], queue_last[ends])
+                      p95_of_segments(lag_values, minute_bounds), max_tl.of_runs(np.maximum, starts), status[ends], queue_last[ends])
     return pa.concat_tables([ten, minute])

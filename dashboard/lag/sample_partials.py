@@ -57,37 +57,34 @@ _SNAPSHOT_FIELDS = {f.name: f for f in SNAPSHOT_SCHEMA}
 _LOWEST, _HIGHEST = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 
-class _Column:
-    """An int64 column as numpy values (nulls as 0) and its null mask (None without nulls)."""
+class Ints:
+    """An int64 column as numpy arrays: its values (0 where null) and its validity."""
 
-    def __init__(self, values: np.ndarray, nulls: np.ndarray | None = None):
+    def __init__(self, values: np.ndarray, valid: np.ndarray | None = None):
         self.values = values
-        self.nulls = nulls if nulls is not None and nulls.any() else None
+        self.valid = np.ones(len(values), dtype=bool) if valid is None else valid
 
     @classmethod
-    def of(cls, column) -> "_Column":
+    def of(cls, column) -> "Ints":
         column = pc.cast(column, pa.int64())
         if column.null_count:
-            return cls(pc.fill_null(column, 0).to_numpy(), pc.is_null(column).to_numpy(zero_copy_only=False))
-        return cls(column.to_numpy())
+            return cls(pc.fill_null(column, 0).to_numpy(zero_copy_only=False),
+                       pc.is_valid(column).to_numpy(zero_copy_only=False))
+        return cls(column.to_numpy(zero_copy_only=False))
 
-    def take(self, index: np.ndarray) -> "_Column":
-        return _Column(self.values[index], self.nulls[index] if self.nulls is not None else None)
+    def take(self, index: np.ndarray) -> "Ints":
+        return Ints(self.values[index], self.valid[index])
 
     def arrow(self) -> pa.Array:
-        return pa.array(self.values, mask=self.nulls) if self.nulls is not None else pa.array(self.values)
+        return pa.array(self.values) if self.valid.all() else pa.array(self.values, mask=~self.valid)
 
-    def null(self) -> np.ndarray:
-        return self.nulls if self.nulls is not None else np.zeros(len(self.values), dtype=bool)
-
-    def reduced(self, ufunc, starts: np.ndarray) -> pa.Array:
-        """Per run starting at ``starts``: ``ufunc`` (np.maximum / np.minimum) over the non-null
+    def of_runs(self, ufunc, starts: np.ndarray) -> "Ints":
+        """Per run starting at ``starts``: ``ufunc`` (np.maximum / np.minimum) over the valid
         values; null where a run has none."""
-        if self.nulls is None:
-            return pa.array(ufunc.reduceat(self.values, starts))
         neutral = _LOWEST if ufunc is np.maximum else _HIGHEST
-        best = ufunc.reduceat(np.where(self.nulls, neutral, self.values), starts)
-        return pa.array(best, mask=best == neutral)
+        valid = np.logical_or.reduceat(self.valid, starts)
+        best = ufunc.reduceat(np.where(self.valid, self.values, neutral), starts)
+        return Ints(np.where(valid, best, 0), valid)
 
 
 def window_start(ts: np.ndarray, size: int) -> np.ndarray:
@@ -121,11 +118,11 @@ class _Samples:
     queue: np.ndarray       # one code per queue
     owner: np.ndarray       # one code per owner (null has one)
     ts: np.ndarray
-    bmin: _Column           # (in the input's order: only a window's last is looked up)
-    bmax: _Column
-    co: _Column
+    bmin: Ints           # (in the input's order: only a window's last is looked up)
+    bmax: Ints
+    co: Ints
     lag: np.ndarray
-    time_lag: _Column
+    time_lag: Ints
     unsorted: tuple         # (ts, lag, time_lag) in the input's order
 
     def keys_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
@@ -135,18 +132,18 @@ class _Samples:
     @classmethod
     def of(cls, snapshots: pa.Table) -> "_Samples":
         n = snapshots.num_rows
-        ts = _Column.of(snapshots["ts"]).values   # no nulls (partials)
-        bmin, bmax, co = (_Column.of(snapshots[c]) for c in ("broker_min_offset", "broker_max_offset", "consumer_offset"))
-        oldest = _Column.of(snapshots["oldest_unconsumed_store_ts"])
+        ts = Ints.of(snapshots["ts"]).values   # no nulls (partials)
+        bmin, bmax, co = (Ints.of(snapshots[c]) for c in ("broker_min_offset", "broker_max_offset", "consumer_offset"))
+        oldest = Ints.of(snapshots["oldest_unconsumed_store_ts"])
         # snapshot_tables.enrich: lag = max(0, max - (the commit, or min without one)); 0 where
         # a value it needs is null (greatest() skips the null difference).
         lag = np.maximum(0, bmax.values - np.where(co.values < 0, bmin.values, co.values))
-        lag[bmax.null() | co.null() | (bmin.null() & (co.values < 0))] = 0
+        lag[~bmax.valid | ~co.valid | (~bmin.valid & (co.values < 0))] = 0
         # time lag: 0 without lag or with nothing unconsumed (or a null store time: greatest()
         # again), null while the store time is not known (< 0), else max(0, ts - oldest).
-        known = ~oldest.null()
-        time_lag = _Column(np.where((lag == 0) | ~known | (oldest.values == 0), 0, np.maximum(0, ts - oldest.values)),
-                           (lag != 0) & known & (oldest.values < 0))
+        known = oldest.valid
+        time_lag = Ints(np.where((lag == 0) | ~known | (oldest.values == 0), 0, np.maximum(0, ts - oldest.values)),
+                        ~((lag != 0) & known & (oldest.values < 0)))
 
         queue = np.zeros(n, dtype=np.int64)
         for name in QUEUE_KEYS:
@@ -199,7 +196,7 @@ def _queue_windows(s: _Samples) -> pa.Table:
     first_ts = s.ts[starts]
     run_of_row = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(ws))))
     at_first_ts = s.ts == first_ts[run_of_row]
-    tl = np.where(s.time_lag.null(), _LOWEST, s.time_lag.values)
+    tl = np.where(s.time_lag.valid, s.time_lag.values, _LOWEST)
     least = np.minimum.reduceat(np.where(at_first_ts, tl, _HIGHEST), starts)
     first = pa.StructArray.from_arrays([pa.array(first_ts), pa.array(least, mask=least == _LOWEST)],
                                        fields=list(_FIRST))
@@ -208,7 +205,7 @@ def _queue_windows(s: _Samples) -> pa.Table:
         "ws": ws[starts], "last": last, "first": first,
         "max_lag": np.maximum.reduceat(s.lag, starts), "sum_lag": np.add.reduceat(s.lag, starts),
         "samples": np.diff(bounds), "lags": pa.ListArray.from_arrays(pa.array(bounds.astype(np.int32)), pa.array(s.lag)),
-        "max_time_lag_ms": s.time_lag.reduced(np.maximum, starts),
+        "max_time_lag_ms": s.time_lag.of_runs(np.maximum, starts).arrow(),
     })
 
 
@@ -218,14 +215,15 @@ def _owner_minutes(s: _Samples) -> pa.Table:
     ws = window_start(s.ts, MINUTE)
     starts = run_starts(s.queue, ws, s.owner)
     ends = np.append(starts[1:], len(ws)) - 1
-    committed = _Column(s.co.values, s.co.null() | (s.co.values < 0))
+    committed = Ints(s.co.values, s.co.valid & (s.co.values >= 0))
     runs = s.keys_at(starts, [*QUEUE_KEYS, "owner"]).append_column("ws", pa.array(ws[starts]))
     for name, values in {
         "samples": pa.array(np.diff(np.append(starts, len(ws)))), "owned_from_ms": pa.array(s.ts[starts]),
         "owned_to_ms": pa.array(s.ts[ends]), "last_lag": pa.array(s.lag[ends]),
         "sum_lag": pa.array(np.add.reduceat(s.lag, starts)), "max_lag": pa.array(np.maximum.reduceat(s.lag, starts)),
-        "min_committed": committed.reduced(np.minimum, starts), "max_committed": committed.reduced(np.maximum, starts),
-        "max_time_lag_ms": s.time_lag.reduced(np.maximum, starts),
+        "min_committed": committed.of_runs(np.minimum, starts).arrow(),
+        "max_committed": committed.of_runs(np.maximum, starts).arrow(),
+        "max_time_lag_ms": s.time_lag.of_runs(np.maximum, starts).arrow(),
     }.items():
         runs = runs.append_column(name, values)
     merged = runs.group_by([*QUEUE_KEYS, "owner", "ws"], use_threads=False).aggregate([

@@ -60,6 +60,12 @@ BASE_CONF = {
     # not loopback TCP: each leaf's small request/answer exchange stalled ~90 ms on TCP
     # (both sides waiting, py-spy and jstack); a 64 x 256 stream pass went 2.1 -> 0.7 s wall.
     "spark.python.unix.domain.socket.enabled": "true",
+    # Arrow batches between the JVM and Python (a lag-stream pass's toArrow of its rows, the
+    # stream's input source) cut by rows only (maxRecordsPerBatch): below INT_MAX, Spark sizes
+    # the batch being built after every row it adds (~4 % of a backfill's task samples when
+    # the job's partials went through it, JFR; without it a default lab's stream pass cost
+    # ~0.13 s more CPU: 8.6-9.2 -> 10.4-10.6 % of a core, bench/lag_service_cost.py).
+    "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
 }
 
 
