@@ -123,14 +123,6 @@ class JobResult:
         return d
 
 
-@dataclass
-class _SnapshotTables:
-    tables: dict        # table -> DataFrame of the windows to write
-    cached: set         # the tables cached already (_replace caches the others while it writes them)
-    persisted: list     # what to unpersist once they are written
-    by_hour: bool       # an hour's rows all in one partition
-
-
 class LagJob:
     STEPS = ["plan", "read recordings", "owner windows", "queue windows", "group windows",
              "rebalances", "flow control", "marks", "commit"]
