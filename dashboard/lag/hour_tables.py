@@ -57,6 +57,8 @@ TABLE_SCHEMAS = {
         ("avg_lag", pa.float64()), ("p95_lag", _LONG), ("time_lag_ms", _LONG), ("max_time_lag_ms", _LONG),
         *[(f"queues_{s.lower()}", _LONG) for s in rules.STATUS_ORDER], ("status", pa.string()), *_WINDOW]),
 }
+# What a chunk's task answers: the windows it made per table.
+_MADE = pa.schema([("table", pa.string()), ("windows", pa.int64())])
 
 
 def chunk_tables(paths: list[str], range_ms: tuple, read_ms: tuple, group: str | None, window_ms: int,
@@ -181,9 +183,7 @@ def write_chunk(chunk: dict, group: str | None, window_ms: int, stop_after_ms: i
         for res in (RESOLUTIONS if TABLE_HAS_RES[name] else [None]):
             rel = tail.partition_rel(res, start.strftime("%Y-%m-%d"), start.strftime("%H"))
             new = rows.filter(pc.equal(rows["res"], res)) if res else rows
-            current = tail.read_partition(tail.tail_of(out, name) / rel, schema)
-            if current is None:
-                current = tail.read_partition(out / name / rel, schema)
+            current = tail.current_partition(out, name, rel, schema)
             parts = [new.select(data)]
             if current is not None:
                 ws = pc.cast(current["window_start"], pa.int64())
@@ -220,6 +220,3 @@ def stage_hour_tables(spark, chunks: list, recordings: Path, out: Path, staging:
     for row in listing.mapInArrow(write, "table string, windows long").collect():
         counts[row["table"]] += row["windows"]
     return counts
-
-
-_MADE = pa.schema([("table", pa.string()), ("windows", pa.int64())])

@@ -7,8 +7,9 @@ towards the new samples) to the status window after the last (those statuses loo
 at the new data), reads the recordings of that range plus the status rules' look-back
 and the time lag's look-ahead, and rewrites the hour partitions the range overlaps. The
 range is cut into hours (``chunks``), each with its own look-back and look-ahead: a local
-session computes an hour's windows in one task (hour_tables.py). ``since``/``until``/``group`` make a
-*targeted* run instead: that range for that group, from every file, nothing marked new.
+session computes an hour's windows in one task (hour_tables.py). ``since``/``until``/
+``group`` make a *targeted* run instead: that range for that group, from every file,
+nothing marked new.
 """
 from __future__ import annotations
 

@@ -183,5 +183,6 @@ def window_rows(points: pa.Table, window_ms: int = rules.DEFAULT_WINDOW_MS,
     minute = _windows(keys.take(pa.array(starts)), "1m", window_start(ws[starts], RESOLUTIONS["1m"]), minute_last,
                       first_ts[starts], first_tl.take(starts), np.maximum.reduceat(max_lag, starts),
                       np.add.reduceat(sum_lag, starts), np.add.reduceat(samples, starts),
-                      p95_of_segments(lag_values, minute_bounds), max_tl.of_runs(np.maximum, starts), status[ends], queue_last[ends])
+                      p95_of_segments(lag_values, minute_bounds), max_tl.of_runs(np.maximum, starts), status[ends],
+                      queue_last[ends])
     return pa.concat_tables([ten, minute])

@@ -118,7 +118,7 @@ class _Samples:
     queue: np.ndarray       # one code per queue
     owner: np.ndarray       # one code per owner (null has one)
     ts: np.ndarray
-    bmin: Ints           # (in the input's order: only a window's last is looked up)
+    bmin: Ints              # (in the input's order: only a window's last is looked up)
     bmax: Ints
     co: Ints
     lag: np.ndarray

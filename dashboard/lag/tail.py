@@ -99,6 +99,13 @@ def read_partition(directory: Path, schema: pa.Schema) -> pa.Table | None:
     return pa.concat_tables([pq.read_table(f).select(schema.names).cast(schema) for f in files])
 
 
+def current_partition(out: Path, name: str, rel: Path, schema: pa.Schema) -> pa.Table | None:
+    """Partition ``rel`` of table ``name`` as readers see it (effective_files): the tail's
+    rows, else the table's; None if neither has a file."""
+    rows = read_partition(tail_of(out, name) / rel, schema)
+    return rows if rows is not None else read_partition(Path(out) / name / rel, schema)
+
+
 def upsert(out: Path, name: str, rows: pa.Table, part_cols: list[str]) -> int:
     """Merge ``rows`` (with ``part_cols`` columns: [res,] date, hour) into the tail of table
     ``name``: per partition, the current rows (the tail's, else the table's) less those with
@@ -108,7 +115,7 @@ def upsert(out: Path, name: str, rows: pa.Table, part_cols: list[str]) -> int:
     out = Path(out)
     data_cols = sorted(c for c in rows.column_names if c not in part_cols)
     schema = rows.select(data_cols).schema
-    tail, main = tail_of(out, name), out / name
+    tail = tail_of(out, name)
     staging = out / TAIL / f".staging-{name}-{uuid.uuid4().hex}"
     groups = rows.group_by(part_cols).aggregate([]).to_pylist()
     written = set()
@@ -120,9 +127,7 @@ def upsert(out: Path, name: str, rows: pa.Table, part_cols: list[str]) -> int:
                 eq = pc.equal(rows[col], values[col])
                 mask = eq if mask is None else pc.and_(mask, eq)
             new = rows.filter(mask).select(data_cols)
-            current = read_partition(tail / rel, schema)
-            if current is None:
-                current = read_partition(main / rel, schema)
+            current = current_partition(out, name, rel, schema)
             if current is not None and current.num_rows:
                 kept = current.filter(pc.invert(pc.is_in(_key(current, name), value_set=_key(new, name))))
                 new = pa.concat_tables([kept, new])
