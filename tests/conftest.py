@@ -138,6 +138,29 @@ def postgres_url() -> str:
 
 # ---------------------------------------------------------------- brokers
 
+@pytest.fixture
+def official_client_thread_loop():
+    """The official v5 client opens its telemetry stream from the thread that starts it, and
+    grpc.aio binds that call to the thread's current event loop; a test process whose main
+    thread was left without one (``asyncio.run`` and async tests set it to None when they
+    end) made a consumer's start fail once in CI ("There is no current event loop in thread
+    'MainThread'"). Give the thread a loop for the test if it has none."""
+    import asyncio
+
+    try:
+        asyncio.get_event_loop_policy().get_event_loop()
+        yield
+        return
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """One real broker per test module (topic TopicTest with 8 queues on broker-a)."""

@@ -12,6 +12,8 @@ from consumers_app.protocol import lab
 from .brokers import FAST_BROKER_ARGS, BrokerProcess
 from .support import wait_until
 
+pytestmark = pytest.mark.usefixtures("official_client_thread_loop")
+
 TOPICS = ["TopicTest:8", "Redeliver:2", "Extend:2", "DeadLetter:2", "PushTopic:4"]
 
 

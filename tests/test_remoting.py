@@ -279,7 +279,7 @@ async def test_a_peer_producer_reaches_a_grpc_push_consumer(broker, peer, requir
         await consumer.shutdown()
 
 
-def test_the_official_v5_producer_reaches_an_ali_ons_consumer(broker):
+def test_the_official_v5_producer_reaches_an_ali_ons_consumer(broker, official_client_thread_loop):
     """gRPC in (the official rocketmq-python-client, unchanged), remoting out (ali-ons)."""
     require_ali_ons()
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
