@@ -5,7 +5,7 @@ exists only at the edges (JSON, Parquet, the page) and is parsed here, in
 ``parse_label``, and nowhere else.
 """
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 
 from .javastr import java_key
 
@@ -37,6 +37,15 @@ class MessageQueue:
     @classmethod
     def from_label(cls, topic: str, label: str) -> "MessageQueue":
         return cls(topic, *parse_label(label))
+
+
+@lru_cache(maxsize=1 << 16)
+def shared_queue(topic: str, broker_name: str, queue_id: int) -> MessageQueue:
+    """The process's one MessageQueue for a queue, for what every client of a topic holds
+    (its route): 128 consumers of a 1,024-queue topic in one process held 131k equal copies,
+    over a quarter of the objects each full garbage collection walked (profiled: its
+    300-450 ms pauses are the tail of bench/rebalance_convergence.py at 128 x 1024)."""
+    return MessageQueue(topic, broker_name, queue_id)
 
 
 def parse_label(label: str) -> tuple[str, int]:

@@ -299,6 +299,29 @@ async def test_rebalance_follows_route_changes_with_its_sorted_cache():
     assert impl.assignments == queues[2:4]
 
 
+async def test_clients_of_one_topic_share_its_queue_objects():
+    """Every client's route holds the process's one MessageQueue per queue (not a copy each:
+    128 consumers of 1,024 queues held 131k), equal and ordered as before."""
+    from consumers_app.client.base import ConsumerBase
+    from consumers_app.protocol import v2, v2_service
+
+    class V2:
+        async def QueryRoute(self, req, metadata=None, timeout=None):
+            resp = v2_service.QueryRouteResponse(status=v2.Status(code=v2.Code.OK))
+            for i in (2, 0, 1):
+                resp.message_queues.add(topic=v2.Resource(name="T"), id=i, broker=v2.Broker(name="b"),
+                                        permission=v2.Permission.READ_WRITE)
+            return resp
+
+    def client():
+        return types.SimpleNamespace(connection=types.SimpleNamespace(v2=V2(), metadata=()),
+                                     _timeout=lambda: 3.0, topic_queues={})
+
+    first, second = [await ConsumerBase.query_route(client(), "T") for _ in range(2)]
+    assert first == [MessageQueue("T", "b", i) for i in range(3)]
+    assert all(a is b for a, b in zip(first, second)) and len(second) == 3
+
+
 async def test_fetch_offsets_asks_and_decodes_only_the_asked_queues():
     asked = []
 

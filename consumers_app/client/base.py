@@ -25,7 +25,7 @@ from collections import Counter
 import grpc
 
 from .. import events
-from ..message_queue import MessageQueue
+from ..message_queue import MessageQueue, shared_queue
 from ..offset_ranges import merge_ranges
 from ..protocol import lab, v2, v2_service
 from .config import ConsumeResult, MessageModel
@@ -306,7 +306,7 @@ class ConsumerBase:
             return self.topic_queues.get(topic)
         if resp.status.code != v2.Code.OK:
             return None
-        return sorted(MessageQueue(mq.topic.name, mq.broker.name, mq.id)
+        return sorted(shared_queue(mq.topic.name, mq.broker.name, mq.id)
                       for mq in resp.message_queues if _readable(mq.permission))
 
     async def refresh_routes(self) -> bool:

@@ -26,7 +26,7 @@ from collections import Counter
 
 from google.protobuf.duration_pb2 import Duration
 
-from ..message_queue import MessageQueue
+from ..message_queue import MessageQueue, shared_queue
 from ..protocol import v2, v2_service
 from .base import ConsumerBase
 from .config import ConsumeResult, PopConsumerConfig
@@ -102,7 +102,7 @@ class PopConsumer(ConsumerBase):
             v2_service.QueryAssignmentRequest(topic=resource(self.topic), group=resource(self.group)),
             metadata=self.connection.metadata, timeout=self._timeout())
         check(resp.status)
-        return sorted(MessageQueue(a.message_queue.topic.name, a.message_queue.broker.name, a.message_queue.id)
+        return sorted(shared_queue(a.message_queue.topic.name, a.message_queue.broker.name, a.message_queue.id)
                       for a in resp.assignments)
 
     async def update_assignments(self) -> None:

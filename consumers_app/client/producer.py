@@ -24,7 +24,7 @@ import uuid
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from ..message_queue import MessageQueue
+from ..message_queue import MessageQueue, shared_queue
 from ..protocol import v2, v2_service
 from .config import ProducerConfig
 from .connection import Connection, check, new_client_id, resource
@@ -96,7 +96,7 @@ class Producer:
             metadata=self.connection.metadata, timeout=self.config.rpc_timeout_ms / 1000)
         check(resp.status)
         writable = (v2.Permission.WRITE, v2.Permission.READ_WRITE, v2.Permission.PERMISSION_UNSPECIFIED)
-        self.queues = sorted(MessageQueue(mq.topic.name, mq.broker.name, mq.id)
+        self.queues = sorted(shared_queue(mq.topic.name, mq.broker.name, mq.id)
                              for mq in resp.message_queues if mq.permission in writable)
 
     async def _route_loop(self) -> None:
