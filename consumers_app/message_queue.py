@@ -44,7 +44,7 @@ def shared_queue(topic: str, broker_name: str, queue_id: int) -> MessageQueue:
     """The process's one MessageQueue for a queue, for what every client of a topic holds
     (its route): 128 consumers of a 1,024-queue topic in one process held 131k equal copies,
     over a quarter of the objects each full garbage collection walked (profiled: its
-    300-450 ms pauses are the tail of bench/rebalance_convergence.py at 128 x 1024)."""
+    300-450 ms pauses are most of the tail of bench/rebalance_convergence.py at 128 x 1024)."""
     return MessageQueue(topic, broker_name, queue_id)
 
 
