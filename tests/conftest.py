@@ -149,14 +149,12 @@ def official_client_thread_loop():
 
     try:
         asyncio.get_event_loop_policy().get_event_loop()
-        yield
-        return
+        loop = None
     except RuntimeError:
         loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        yield
-    finally:
+        asyncio.set_event_loop(loop)
+    yield
+    if loop is not None:
         asyncio.set_event_loop(None)
         loop.close()
 

@@ -280,9 +280,10 @@ def _status_walks(seconds: int = 900) -> list[dict]:
 def test_snapshot_tables_made_by_the_hour_in_numpy_are_sparks_functions_rows(spark, tmp_path):
     """A local session makes the queue, owner and group windows an hour at a time in numpy
     and writes them from its Python workers (hour_tables.py): the same rows, statuses and
-    end-of-window time lags as snapshot_tables' Spark functions over the whole range (what a Spark Connect session or a cluster runs),
-    for default and other status thresholds, across an hour boundary (11:00, with a queue
-    silent for the minute after it) and for one group of two."""
+    end-of-window time lags as snapshot_tables' Spark functions over the whole range (what a
+    Spark Connect session or a cluster runs), for default and other status thresholds,
+    across an hour boundary (11:00, with a queue silent for the minute after it) and for one
+    group of two."""
     import pyarrow as pa
 
     from consumers_app.lab.recorder import SNAPSHOT_SCHEMA, write_part
