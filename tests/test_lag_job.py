@@ -163,6 +163,44 @@ def test_recordings_deleted_before_or_while_spark_reads_them_are_skipped(spark, 
     assert snapshots.count() == (180 - 2 * 10) * len(QUEUES)   # two 10-s slices gone
 
 
+def test_a_backfill_skips_and_names_unreadable_recordings_and_computes_the_rest(spark, tmp_path):
+    """The batch on its own (no lag service set them aside first): a half-written snapshot
+    file, a half-written event file and a Parquet file that is not a recording are set aside
+    and named; the tables are those of the good files."""
+    import shutil
+
+    clean, broken = (LagJob(tmp_path / name / "recordings", tmp_path / name / "lag", spark=spark)
+                     for name in ("clean", "broken"))
+    with Recorder(clean.recordings) as recorder:
+        record(recorder, 0, 120)
+    shutil.copytree(clean.recordings, broken.recordings)
+    bad = []
+    for kind in (SNAPSHOTS, EVENTS):
+        good = broken.recordings / sorted(list_recordings(broken.recordings, kind))[0]
+        half = good.with_name(good.name.replace(".parquet", "-half.parquet"))
+        half.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+        bad.append(half)
+    stranger = bad[0].with_name(bad[0].name.replace("-half", "-stranger"))
+    pq.write_table(pq.read_table(bad[0].with_name(bad[0].name.replace("-half", ""))).select(["ts"]), stranger)
+    bad.append(stranger)
+
+    assert clean.run(JobParams()).state == broken.run(JobParams()).state == "done"
+    skipped = broken.load_state()["skipped"]
+    assert sorted(s["file"] for s in skipped) == sorted(p.relative_to(broken.recordings).as_posix() for p in bad)
+    reasons = {s["file"].rsplit("/", 1)[-1]: s["reason"] for s in skipped}
+    assert "not the recorder's" in reasons[stranger.name], reasons
+    assert all(not p.exists() and p.with_name(f".unreadable-{p.name}").exists() for p in bad), "set aside, kept"
+    for table in ("queue_windows", "group_windows", "owner_windows", "rebalances", "flow_control", "marks"):
+        datasets = [LagHistory(job.out, job.recordings)._dataset(table) for job in (clean, broken)]
+        rows = [df.sort_values(sorted(df.columns)).reset_index(drop=True)
+                for df in (d.to_table().to_pandas() for d in datasets if d is not None)]
+        assert len(rows) in (0, 2), table
+        if rows:
+            pd.testing.assert_frame_equal(rows[1], rows[0], obj=table)
+    assert broken.run(JobParams()).state == "nothing-new", "named once, not read again"
+    assert len(broken.load_state()["skipped"]) == len(bad)
+
+
 def test_table_events_read_in_the_driver_are_the_scans_in_range_group_and_type(spark, tmp_path):
     """The job reads the events its tables are made of with pyarrow (many small files, few
     rows): the same rows as Spark's scan of the log filtered to those types, within the range

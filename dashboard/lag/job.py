@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import shutil
 import time
 import uuid
@@ -52,10 +53,17 @@ from .spark import execution_mode, runs_project_code, spark_schema
 from .swap import swap_in
 from .table_columns import in_range
 from consumers_app import atomic
-from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SNAPSHOT_SCHEMA, SNAPSHOTS, prune_hours
+from consumers_app.lab.recorder import EVENT_SCHEMA, EVENTS, SCHEMAS, SNAPSHOT_SCHEMA, SNAPSHOTS, prune_hours
 
 Progress = Callable[[int, int, str], None]
 SNAPSHOT_TABLES = ("owner_windows", "queue_windows", "group_windows")
+SKIPPED_KEPT = 20   # unreadable recording files named in the state (the history page shows them)
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 class JobBusy(RuntimeError):
@@ -66,6 +74,15 @@ def default_paths():
     from django.conf import settings
 
     return settings.DATA_DIR / "recordings", settings.DATA_DIR / "lag"
+
+
+def recording_problem(kind: str, column_names, num_rows: int) -> str | None:
+    """Why a readable Parquet file is still not a recording of ``kind`` (None: it is one)."""
+    if not set(SCHEMAS[kind].names) <= set(column_names):
+        return f"ValueError: columns {list(column_names)} are not the recorder's"
+    if num_rows == 0:
+        return "ValueError: no rows"
+    return None
 
 
 def iso(ms: int) -> str:
@@ -187,6 +204,12 @@ class LagJob:
         state = self.load_state()
         if self._forget_deleted(state, files):
             self.save_state(state)
+        bad = self._unreadable({kind: [rel for rel in listed if rel not in state["processed"][kind]]
+                                for kind, listed in files.items()})
+        if bad:
+            self.set_aside(state, bad)
+            for kind, rel, _ in bad:
+                del files[kind][rel]
         plan = plan_run(files, state["processed"], p)
         if isinstance(plan, Idle):
             return JobResult(plan.state, range_ms=plan.range_ms)
@@ -268,6 +291,37 @@ class LagJob:
         forgot = kept != state["processed"]
         state["processed"] = kept
         return forgot
+
+    def _unreadable(self, rels: dict) -> list[tuple[str, str, str]]:
+        """The (kind, rel, reason) of each of these recording files whose footer cannot be
+        read (half-written, corrupt) or that is not a recording (recording_problem)."""
+        import pyarrow.parquet as pq
+
+        bad = []
+        for kind, names in rels.items():
+            for rel in names:
+                try:
+                    meta = pq.read_metadata(self.recordings / rel)
+                    why = recording_problem(kind, meta.schema.names, meta.num_rows)
+                except FileNotFoundError:
+                    continue   # deleted by the retention since listed
+                except Exception as exc:  # noqa: BLE001 - a bad file is skipped, whatever is wrong with it
+                    why = describe(exc)
+                if why:
+                    bad.append((kind, rel, why))
+        return bad
+
+    def set_aside(self, state: dict, bad: list[tuple[str, str, str]]) -> None:
+        """Unreadable recording files (kind, rel, reason) renamed out of every listing
+        (``.unreadable-<name>``, kept for a look) and named in the state's ``skipped``,
+        which the history page's status line shows; the state is saved."""
+        for _, rel, _ in bad:
+            path = self.recordings / rel
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, path.with_name(f".unreadable-{path.name}"))
+        state["skipped"] = (state.get("skipped", []) + [{"file": rel, "reason": why} for _, rel, why in bad]
+                            )[-SKIPPED_KEPT:]
+        self.save_state(state)
 
     def prune_history(self, older_than_ms: int, newest_ms: int) -> list[Path]:
         """Delete every table's hour partitions that ended more than ``older_than_ms`` before

@@ -51,7 +51,6 @@ named in ``_state.json``'s ``skipped`` (the history page says so); it never stop
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -67,7 +66,7 @@ import pyarrow.parquet as pq
 from . import tail
 from .event_tables import (EVENT_TABLE_TYPES, TABLE_EVENT_TYPES, compute_flow_control, compute_marks, compute_rebalances,
                            table_events)
-from .job import JobParams, JobResult, LagJob
+from .job import JobParams, JobResult, LagJob, describe, recording_problem
 from .layout import MINUTE, TABLE_HAS_RES, list_recordings
 from .snapshot_tables import (POINT_COLUMNS, QUEUE_KEYS, aggregate_samples, compute_owner_windows, compute_queue_windows,
                               group_windows_from, merge_windows, per_ts_rows, queue_points)
@@ -84,7 +83,6 @@ STATE_TABLES = ("points", "owners", "per_ts", "events", "last_rebalance")
 STATE_VERSION = 2   # 2: points carry their status (status.CARRIED)
 # state table -> the column its pass cut applies to (Cuts)
 CUT_COLUMNS = {"points": "ws", "owners": "ws", "per_ts": "ts", "events": "ts"}
-SKIPPED_KEPT = 20
 TEN_S = 10_000
 
 
@@ -179,13 +177,7 @@ class LagStream:
             return JobResult("nothing-new" if any(files.values()) else "no-recordings")
         spans, bad = self._inspect(new)
         if bad:   # set aside (no job lists them again) and named on the history page
-            for kind, rel, why in bad:
-                path = job.recordings / rel
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(path, path.with_name(f".unreadable-{path.name}"))
-            state["skipped"] = (state.get("skipped", []) + [{"file": f"{kind}/{rel}", "reason": why}
-                                                           for kind, rel, why in bad])[-SKIPPED_KEPT:]
-            job.save_state(state)
+            job.set_aside(state, bad)
             new = {kind: [rel for rel in new[kind] if rel in spans[kind]] for kind in new}
             if not any(new.values()):
                 return JobResult("nothing-new")
@@ -463,10 +455,10 @@ class LagStream:
             for rel in rels:
                 try:
                     table = pq.read_table(self.job.recordings / rel)
-                    if not set(SCHEMAS[kind].names) <= set(table.column_names):
-                        raise ValueError(f"columns {table.column_names} are not the recorder's")
-                    if table.num_rows == 0:
-                        raise ValueError("no rows")
+                    problem = recording_problem(kind, table.column_names, table.num_rows)
+                    if problem:
+                        bad.append((kind, rel, problem))
+                        continue
                     bounds = pc.min_max(table["ts"]).as_py()
                     changes_from = bounds["min"]
                     if kind == EVENTS:
@@ -477,7 +469,7 @@ class LagStream:
                 except FileNotFoundError:
                     continue   # deleted by the retention since listed
                 except Exception as exc:  # noqa: BLE001 - a bad file is skipped, whatever is wrong with it
-                    bad.append((kind, rel, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+                    bad.append((kind, rel, describe(exc)))
         return spans, bad
 
 
