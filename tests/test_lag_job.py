@@ -189,6 +189,7 @@ def test_a_backfill_skips_and_names_unreadable_recordings_and_computes_the_rest(
     assert sorted(s["file"] for s in skipped) == sorted(p.relative_to(broken.recordings).as_posix() for p in bad)
     reasons = {s["file"].rsplit("/", 1)[-1]: s["reason"] for s in skipped}
     assert "not the recorder's" in reasons[stranger.name], reasons
+    assert not any(str(broken.recordings) in why for why in reasons.values()), "no path of this machine on the page"
     assert all(not p.exists() and p.with_name(f".unreadable-{p.name}").exists() for p in bad), "set aside, kept"
     for table in ("queue_windows", "group_windows", "owner_windows", "rebalances", "flow_control", "marks"):
         datasets = [LagHistory(job.out, job.recordings)._dataset(table) for job in (clean, broken)]

@@ -161,6 +161,7 @@ def test_a_corrupt_recording_is_skipped_and_named(tmp_path, spark):
     skipped = job.load_state()["skipped"]
     assert [s["file"].rsplit("/", 1)[-1] for s in skipped] == [bad.name], skipped
     assert "ArrowInvalid" in skipped[0]["reason"] or "Error" in skipped[0]["reason"], skipped
+    assert str(tmp_path) not in skipped[0]["reason"], "the page names the file, not this machine's path"
     assert len(table_rows(tmp_path / "lag", "queue_windows")), "the good files were folded in"
     assert not bad.exists() and bad.with_name(f".unreadable-{bad.name}").exists(), "set aside, not deleted"
     assert job.run(PARAMS).state in ("done", "nothing-new"), "the batch does not trip over it either"

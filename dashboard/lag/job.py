@@ -314,13 +314,15 @@ class LagJob:
     def set_aside(self, state: dict, bad: list[tuple[str, str, str]]) -> None:
         """Unreadable recording files (kind, rel, reason) renamed out of every listing
         (``.unreadable-<name>``, kept for a look) and named in the state's ``skipped``,
-        which the history page's status line shows; the state is saved."""
-        for _, rel, _ in bad:
+        which the history page's status line shows (a reason names the file by its name:
+        the entry's ``file`` says where it is); the state is saved."""
+        skipped = []
+        for _, rel, why in bad:
             path = self.recordings / rel
             with contextlib.suppress(FileNotFoundError):
                 os.replace(path, path.with_name(f".unreadable-{path.name}"))
-        state["skipped"] = (state.get("skipped", []) + [{"file": rel, "reason": why} for _, rel, why in bad]
-                            )[-SKIPPED_KEPT:]
+            skipped.append({"file": rel, "reason": why.replace(str(path), path.name)})
+        state["skipped"] = (state.get("skipped", []) + skipped)[-SKIPPED_KEPT:]
         self.save_state(state)
 
     def prune_history(self, older_than_ms: int, newest_ms: int) -> list[Path]:
