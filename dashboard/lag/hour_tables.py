@@ -65,8 +65,14 @@ def chunk_tables(paths: list[str], range_ms: tuple, read_ms: tuple, group: str |
                  stop_after_ms: int) -> dict[str, pa.Table]:
     """Each table's windows (TABLE_SCHEMAS) that start in ``range_ms``, made of the samples of
     ``read_ms`` in these snapshot files (a plan.Chunk's)."""
+    return tables_of(read_snapshots(paths, *read_ms, group), range_ms, window_ms, stop_after_ms)
+
+
+def tables_of(samples: pa.Table, range_ms: tuple, window_ms: int, stop_after_ms: int) -> dict[str, pa.Table]:
+    """Each table's windows (TABLE_SCHEMAS) that start in ``range_ms``, made of these snapshot
+    rows (read_snapshots' columns): a chunk's, or the lag stream's samples (stream.py)."""
     lo, hi = range_ms
-    kinds = partial_kinds(read_snapshots(paths, *read_ms, group))
+    kinds = partial_kinds(samples)
     windows = _in_range(window_rows(kinds["q"].select(POINTS_SCHEMA.names), window_ms, stop_after_ms), lo, hi)
     return {"queue_windows": queue_rows(windows), "owner_windows": owner_rows(kinds["o"], lo, hi),
             "group_windows": group_rows(kinds["g"], windows, lo, hi)}

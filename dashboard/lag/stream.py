@@ -70,6 +70,8 @@ from .job import JobParams, JobResult, LagJob, describe, recording_problem
 from .layout import MINUTE, TABLE_HAS_RES, list_recordings
 from .snapshot_tables import (POINT_COLUMNS, QUEUE_KEYS, aggregate_samples, compute_owner_windows, compute_queue_windows,
                               group_windows_from, merge_windows, per_ts_rows, queue_points)
+from .hour_tables import tables_of
+from .sample_partials import SNAPSHOT_COLUMNS, read_snapshots
 from .spark import runs_project_code, spark_schema
 from .status import CARRIED
 from .stream_input import cut_rows
@@ -79,8 +81,18 @@ log = logging.getLogger(__name__)
 
 STREAM_DIR = "_stream"
 STATE_TABLES = ("points", "owners", "per_ts", "events", "last_rebalance")
-# The state's layout: a checkpoint of another version is built again (one batch-like pass).
-STATE_VERSION = 2   # 2: points carry their status (status.CARRIED)
+# How a pass folds the snapshots in, and the state tables each way keeps: in Spark (the
+# partial aggregates above: Spark Connect, a cluster), or - in a local session, whose Python
+# is this project's - in numpy with the batch's own functions (hour_tables.tables_of) over the
+# raw samples of the horizon, ``samples``: 75 ms at 64 x 256 where Spark's stages took ~1 s
+# before the queue windows landed (bench/lag_stream_pass.py; the event tables stay Spark's).
+FOLD_STATE_TABLES = {"spark": STATE_TABLES, "numpy": ("samples", "events", "last_rebalance")}
+# The samples a numpy fold keeps before the horizon: the batch makes a window from a look-back
+# of max(status window, stop after) + 1 minute (plan._read_range), and the earliest window a
+# pass emits starts up to 3 minutes before its new rows (emitted), one more than Reach holds.
+SAMPLES_BEFORE_MS = 2 * 60_000
+# The state's layout: a checkpoint of another version or fold is built again (one batch-like pass).
+STATE_VERSION = 3   # 2: points carry their status (status.CARRIED); 3: the fold's kind
 # state table -> the column its pass cut applies to (Cuts)
 CUT_COLUMNS = {"points": "ws", "owners": "ws", "per_ts": "ts", "events": "ts"}
 TEN_S = 10_000
@@ -229,17 +241,28 @@ class LagStream:
             if "group_windows" in tables and not landed:
                 landed.append(int(time.time() * 1000))
 
-        rows = self._run_fold(spark, new, stream, p, outputs, cuts, last_rebalance, land)
+        fold = self._fold_kind(spark)
+        if fold == "numpy":
+            samples = self._samples_with(old_state, new)
+            if lows[SNAPSHOTS] is not None:
+                made = snapshot_tables_of(samples, lows[SNAPSHOTS], p)
+                land({name: made.pop(name) for name in ("queue_windows", "group_windows")})
+                land(made)
+            rows = self._run_fold(spark, new, stream, p, outputs, cuts, last_rebalance, land) if with_events else {}
+        else:
+            rows = self._run_fold(spark, new, stream, p, outputs, cuts, last_rebalance, land)
         if not with_events:   # the state's events pass on unread (their cut is NEVER)
             rows["events"] = _empty_events()
         result = next_state(rows, keep_from, old_state["last_rebalance"] if old_state else None, cuts, old_state)
+        if fold == "numpy":
+            result["samples"] = _samples_from(samples, keep_from)
         name = self._save_state_tables(result)
         _crash_point("state saved")
         for kind in new:
             state["processed"][kind].update(new[kind])
         state["stream"] = {"state": name, "runs": state.get("runs", 0), "newest": newest,
                            "lower": keep_from if stream["lower"] is not None or keep_from > 0 else None,
-                           "passes": stream.get("passes", 0) + 1, "version": STATE_VERSION}
+                           "passes": stream.get("passes", 0) + 1, "version": STATE_VERSION, "fold": fold}
         state["last_ts"] = max(state.get("last_ts") or 0, newest)
         job.save_state(state)   # the checkpoint: files processed and the state that folds them
         for old in (self.out / STREAM_DIR).iterdir():   # the previous state, and any a killed pass left
@@ -268,6 +291,8 @@ class LagStream:
         stream = state.get("stream")
         if not stream or stream.get("runs") != state.get("runs", 0) or stream.get("version") != STATE_VERSION:
             return None
+        if stream.get("fold") != self._fold_kind(self.job.spark):   # a session of the other kind since
+            return None
         if stream.get("state") and not (self.out / STREAM_DIR / stream["state"]).is_dir():
             return None
         return stream
@@ -278,22 +303,26 @@ class LagStream:
         processed = {kind: {rel: files[kind][rel] for rel in state["processed"][kind] if rel in files[kind]}
                      for kind in files}
         minutes = [m for kind in processed for m in processed[kind].values()]
+        fold = self._fold_kind(self.job.spark)
         stream = {"state": None, "runs": state.get("runs", 0), "newest": None, "lower": None, "passes": 0,
-                  "version": STATE_VERSION}
+                  "version": STATE_VERSION, "fold": fold}
         if minutes:
             last_minute = max(minutes)
             tails = [(kind, rel) for kind in processed for rel, m in processed[kind].items() if m == last_minute]
             spans, _ = self._inspect({kind: [rel for k, rel in tails if k == kind] for kind in processed})
             newest = max((s[1] for kind in spans for s in spans[kind].values()), default=last_minute)
             keep_from = newest - reach.horizon_ms
-            read = {kind: sorted(rel for rel, m in processed[kind].items() if m + MINUTE > keep_from)
-                    for kind in processed}
+            read = {kind: sorted(rel for rel, m in processed[kind].items()
+                                 if m + MINUTE > keep_from - SAMPLES_BEFORE_MS) for kind in processed}
             spark = self.job.spark
             inputs = {kind: self.job._read(spark, kind, read[kind], -2 ** 62, 2 ** 62, None) for kind in read}
             frames = fold_plan(spark, self.job, inputs, None, p)
             self._state_schemas = _state_schemas(frames)
-            rows = run_stages(spark, frames)
+            rows = run_stages(spark, frames, stages=FOLD_STAGES[fold])
             result = next_state(rows, keep_from, None, Cuts(0, 0, 0))
+            if fold == "numpy":
+                paths = [str(self.job.recordings / rel) for rel in read[SNAPSHOTS]]
+                result["samples"] = _samples_from(read_snapshots(paths, -2 ** 62, 2 ** 62, None), keep_from)
             stream.update(state=self._save_state_tables(result), newest=newest, lower=keep_from)
         state["stream"] = stream
         self.job.save_state(state)
@@ -347,7 +376,7 @@ class LagStream:
         frames = fold_plan(spark, self.job, inputs, state, p, outputs)
         if with_events:
             self._state_schemas = _state_schemas(frames)
-        return run_stages(spark, frames, land)
+        return run_stages(spark, frames, land, FOLD_STAGES[self._fold_kind(spark)])
 
     def _manifest_path(self):
         return self.out / "_stream_inputs.json"   # beside _state.json; _stream/ holds only states
@@ -385,7 +414,7 @@ class LagStream:
             state["events"] = spark.createDataFrame([], schemas["events"])
             frames = fold_plan(spark, self.job, inputs, state, p, outputs)
             queries, stage_schemas = [], _stage_schemas(frames)
-            for stage in PASS_STAGES:
+            for stage in FOLD_STAGES["numpy"]:   # (only a local session runs these: a numpy fold)
                 made = stage_frames(stage, frames, lambda name: leaf(f"stage/{name}", stage_schemas[name]))
                 stage_schemas.update({name: frame.schema for name, frame in made.items()})
                 queries.append(FoldQuery(made, key))
@@ -408,7 +437,7 @@ class LagStream:
         if self._state_tables[0] != stream["state"]:
             base = self.out / STREAM_DIR / stream["state"]
             self._state_tables = (stream["state"], {name: pq.read_table(base / f"{name}.parquet")
-                                                    for name in STATE_TABLES})
+                                                    for name in FOLD_STATE_TABLES[stream["fold"]]})
         return self._state_tables[1]
 
     def _state_frames(self, spark, stream: dict, cuts: Cuts) -> dict | None:
@@ -416,9 +445,11 @@ class LagStream:
         tables = self._state_arrow(stream)
         if tables is None:
             return None
-        return {name: _frame(spark, cut_rows(tables[name], CUT_COLUMNS.get(name), cuts.of_table(name)),
-                             self._state_schemas.get(name))
-                for name in STATE_TABLES}
+        frames = {name: _frame(spark, cut_rows(tables[name], CUT_COLUMNS.get(name), cuts.of_table(name)),
+                               self._state_schemas.get(name))
+                  for name in STATE_TABLES if name in tables}
+        # (a numpy fold's query makes only the event tables: no snapshot state to read)
+        return {**_empty_state(spark, self.job), **frames} if len(frames) < len(STATE_TABLES) else frames
 
     def _slice_frame(self, spark, kind: str, tables: list):
         """One kind's new recordings (read by ``_inspect``) as one DataFrame."""
@@ -431,11 +462,24 @@ class LagStream:
         name = f"state-{uuid.uuid4().hex}"
         scratch = self.out / STREAM_DIR / f".{name}"
         scratch.mkdir(parents=True)
-        for table in STATE_TABLES:
-            pq.write_table(result[table], scratch / f"{table}.parquet", compression="zstd")
+        for table, rows in result.items():
+            pq.write_table(rows, scratch / f"{table}.parquet", compression="zstd")
         scratch.rename(self.out / STREAM_DIR / name)
-        self._state_tables = (name, {table: result[table] for table in STATE_TABLES})
+        self._state_tables = (name, dict(result))
         return name
+
+    @staticmethod
+    def _fold_kind(spark) -> str:
+        """"numpy" in a local session (its Python workers and this process import this
+        project), else "spark" (FOLD_STATE_TABLES)."""
+        return "numpy" if runs_project_code(spark) else "spark"
+
+    def _samples_with(self, old_state: dict | None, new: dict) -> pa.Table:
+        """A numpy fold's samples: the state's and the new snapshot files' (read by ``_inspect``)."""
+        parts = [old_state["samples"]] if old_state else []
+        parts += [self._slice[(SNAPSHOTS, rel)] for rel in new[SNAPSHOTS] if (SNAPSHOTS, rel) in self._slice]
+        return pa.concat_tables([t.select(SNAPSHOT_COLUMNS).cast(_SAMPLES_SCHEMA) for t in parts]) if parts \
+            else _SAMPLES_SCHEMA.empty_table()
 
     def _event_outputs(self, new: dict) -> frozenset:
         """The event tables (EVENT_TABLE_TYPES) the new event files' rows can change."""
@@ -609,6 +653,20 @@ PASS_STAGES = (
     (_owner_windows_stage, ("owners",)),
 )
 STAGE_INPUTS = ("points", "per_ts", "queue_windows", "owners")
+# A numpy fold makes the snapshot tables itself (snapshot_tables_of): Spark makes the event tables.
+FOLD_STAGES = {"spark": PASS_STAGES, "numpy": ((None, ("events", "rebalances", "flow_control", "marks")),)}
+_SAMPLES_SCHEMA = pa.schema([SCHEMAS[SNAPSHOTS].field(name) for name in SNAPSHOT_COLUMNS])
+
+
+def snapshot_tables_of(samples: pa.Table, low: int, p: JobParams) -> dict[str, pa.Table]:
+    """A numpy fold's queue, group and owner windows that rows from ``low`` on can change
+    (a superset: ``emitted`` keeps those), made by the batch's functions from the samples."""
+    return tables_of(samples, (_floor(low - 2 * MINUTE, MINUTE), NEVER), p.status_window_ms, p.stop_after_ms)
+
+
+def _samples_from(samples: pa.Table, keep_from: int) -> pa.Table:
+    """The samples a numpy fold keeps: whole minutes from SAMPLES_BEFORE_MS before ``keep_from``."""
+    return samples.filter(_at_least(samples, "ts", _floor(keep_from - SAMPLES_BEFORE_MS, MINUTE)))
 
 
 def stage_frames(stage, frames: dict, read) -> dict:
@@ -625,11 +683,11 @@ def _stage_schemas(frames: dict) -> dict:
     return {name: frames[name].schema for name in ("points", "owners", "per_ts")}
 
 
-def run_stages(spark, frames: dict, land=None) -> dict:
+def run_stages(spark, frames: dict, land=None, stages=PASS_STAGES) -> dict:
     """Every stage's rows, each stage planned over in-memory relations of the rows before
     it; ``land(made)`` with each stage's own as soon as it has made them."""
     rows, schemas = {}, _stage_schemas(frames)
-    for stage in PASS_STAGES:
+    for stage in stages:
         frames_of_stage = stage_frames(stage, frames, lambda name: _frame(spark, rows[name], schemas[name]))
         schemas.update({name: frame.schema for name, frame in frames_of_stage.items()})
         made = FoldQuery(frames_of_stage).run()
@@ -707,6 +765,8 @@ def next_state(rows: dict[str, pa.Table], keep_from: int, last_rebalance: pa.Tab
     out = {}
     whole = {}   # each cut table: the old state's rows before its cut (unread) and the query's
     for name, column in CUT_COLUMNS.items():
+        if name not in rows:   # a numpy fold keeps samples instead (FOLD_STATE_TABLES)
+            continue
         fresh = rows[name]
         if old_state is not None:
             unread = old_state[name].filter(pc.invert(_at_least(old_state[name], column, cuts.of_table(name))))
