@@ -8,7 +8,7 @@ seconds (the service and its JVM): it starts full and fills at ``cpu_budget`` a 
 what ``burst_s`` (20 s) of filling holds, each pass takes its cost out, and the next pass waits
 while it is below zero. So history costs at most ``cpu_budget`` of one core on average
 (LAB_LAG_CPU_BUDGET, 25 %: the most history may cost, in a lab of 64 x 256; a pass per
-slice of the default lab costs ~5 %) whatever a pass costs on this machine, and one pass
+slice costs ~3.5 % in the default lab and at 64 x 256) whatever a pass costs on this machine, and one pass
 dearer than its share (the JIT still warming up, a burst of events) does not hold back the
 next slice; a machine too slow for the budget only makes the history less fresh (the page
 says how far behind it is), up to a pass a minute.

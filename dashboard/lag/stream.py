@@ -35,12 +35,18 @@ is lost, nothing doubled.
 
 What a pass costs is Spark's fixed work, not rows: so a pass is a few stages (PASS_STAGES:
 a subtree used by several outputs of one query would run once per use), each query holds
-nothing of one pass (its times are applied by ``emitted``, in Arrow) and, in a local session,
-each is planned once and run again each pass: its leaves are a data source (stream_input.py) that reads, when the
-query runs, the files ``_stream_inputs.json`` names - the new slices and the state's files.
-A slice without any event a table is made of (a steady lab's) runs a smaller variant with
-no event inputs. Over Spark Connect or on a cluster the query is planned each pass, over
-the same rows as in-memory relations.
+nothing of one pass (its times are applied by ``emitted``, in Arrow), planned each pass
+over in-memory relations (Spark Connect, a cluster). A slice without any event a table is
+made of (a steady lab's) runs a smaller variant with no event inputs.
+
+In a local session (FOLD_STATE_TABLES) the snapshot side is no Spark query: the state keeps
+the horizon's raw ``samples`` instead of points, owners and per_ts, and a pass makes the
+queue, group and owner windows of state + slice with the batch's numpy functions
+(hour_tables.tables_of), keeping the same windows (``emitted``); Spark makes the event tables
+(FOLD_STAGES["numpy"]) in one query planned once and run again each pass: its leaves are a
+data source (stream_input.py) that reads, when the query runs, the files
+``_stream_inputs.json`` names - the new event slices, the state's events. A slice without
+such events starts no Spark job.
 
 The batch job (``lagjob``) computes the same rows from all recordings. When a pass cannot
 be a stream step - no valid state (first start, or a batch run changed the history since),
@@ -161,8 +167,8 @@ class LagStream:
         # the next as in-memory relations - no file scans, footers or broadcasts per pass.
         self._state_tables: tuple = (None, {})
         self._slice: dict = {}   # (kind, rel) -> the new file's rows, read once by _inspect
-        # The pass's queries (its event outputs -> FoldQuery), planned once and run again each pass
-        # over other files (stream_input.py); False where that cannot be (Spark Connect, a
+        # A numpy fold's query (its event outputs -> FoldQuery), planned once and run again each
+        # pass over other files (stream_input.py); False where that cannot be (Spark Connect, a
         # cluster, a plan with exchanges).
         self._queries: dict = {}
 
@@ -330,43 +336,29 @@ class LagStream:
 
     def _run_fold(self, spark, new: dict, stream: dict, p: JobParams, outputs: frozenset,
                   cuts: Cuts, last_rebalance: pa.Table, land) -> dict[str, pa.Table]:
-        """Every stage's rows for the new files and the state (``last_rebalance``: what the
+        """The fold's Spark rows for the new files and the state (``last_rebalance``: what the
         query reads for it, rebalances_before's; ``outputs``: the event tables to make),
-        ``land(made)`` called with each stage's own as soon as it has made them: with the
-        queries planned once where they can be, else planned for this pass over in-memory
-        relations."""
-        with_events = bool(outputs)
-        stages = self._reusable_queries(spark, p, outputs)
-        if stages is not None:
+        ``land(made)`` called with each stage's own as soon as it has made them. A numpy fold's
+        one query (the event tables) is planned once where it can be and run again over the
+        files a manifest names; else each stage is planned for this pass over in-memory relations."""
+        query = self._reusable_query(spark, p, outputs)
+        if query is not None:
             base = self.out / STREAM_DIR / stream["state"] if stream.get("state") else None
             manifest = {f"new/{kind}": [str(self.job.recordings / rel) for rel in new[kind]] for kind in new}
-            manifest.update({f"state/{name}": {"files": [str(base / f"{name}.parquet")] if base else [],
-                                               "column": CUT_COLUMNS.get(name), "from": cuts.of_table(name)}
-                             for name in STATE_TABLES})
-            if base:
+            if base:   # the state's events through the new events' leaf, from their cut
                 manifest["new/events"] = {"files": manifest["new/events"] + [str(base / "events.parquet")],
                                           "column": "ts", "from": cuts.events}
-            if with_events:
-                pq.write_table(last_rebalance, self._stage_path("last_rebalance"), compression="none")
-                manifest["state/last_rebalance"] = [str(self._stage_path("last_rebalance"))]
-            manifest.update({f"stage/{name}": [str(self._stage_path(name))] for name in STAGE_INPUTS})
+            pq.write_table(last_rebalance, self._last_rebalance_path(), compression="none")
+            manifest["state/last_rebalance"] = [str(self._last_rebalance_path())]
             path = self._manifest_path()
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path.with_suffix(".tmp"), "w") as f:
                 json.dump(manifest, f)
             os.replace(path.with_suffix(".tmp"), path)
-            rows, written = {}, set()
-            for query in stages:   # each stage reads what the ones before it made
-                for name in STAGE_INPUTS:
-                    if name in rows and name not in written:
-                        pq.write_table(rows[name], self._stage_path(name), compression="none")
-                        written.add(name)
-                made = query.run()
-                land(made)
-                rows.update(made)
-            for name in (*STAGE_INPUTS, "last_rebalance"):
-                self._stage_path(name).unlink(missing_ok=True)
-            return rows
+            made = query.run()
+            land(made)
+            self._last_rebalance_path().unlink(missing_ok=True)
+            return made
         inputs = {kind: self._slice_frame(spark, kind, [self._slice[(kind, rel)] for rel in new[kind]
                                                         if (kind, rel) in self._slice])
                   for kind in new}
@@ -374,25 +366,27 @@ class LagStream:
         if state is not None:
             state["last_rebalance"] = _frame(spark, last_rebalance, self._state_schemas.get("last_rebalance"))
         frames = fold_plan(spark, self.job, inputs, state, p, outputs)
-        if with_events:
+        if outputs:
             self._state_schemas = _state_schemas(frames)
         return run_stages(spark, frames, land, FOLD_STAGES[self._fold_kind(spark)])
 
     def _manifest_path(self):
         return self.out / "_stream_inputs.json"   # beside _state.json; _stream/ holds only states
 
-    def _stage_path(self, name: str):
-        return self.out / f"_stream_stage_{name}.parquet"
+    def _last_rebalance_path(self):
+        return self.out / "_stream_last_rebalance.parquet"
 
-    def _reusable_queries(self, spark, p: JobParams, outputs: frozenset) -> "list[FoldQuery] | None":
-        """The pass's queries (its stages) over stream_input leaves, planned once per session,
-        params and variant (the event tables it makes). Only a local classic session: a Connect server or a cluster's
-        executors may not import this project (they get in-memory relations instead). Only
-        plans without exchanges: a second run of a plan reuses its shuffle outputs (stale rows)."""
+    def _reusable_query(self, spark, p: JobParams, outputs: frozenset) -> "FoldQuery | None":
+        """A numpy fold's query (the event tables: FOLD_STAGES["numpy"]) over stream_input
+        leaves, planned once per session, params and variant (the event tables it makes).
+        Only a local classic session - the one that folds in numpy: a Connect server or a
+        cluster's executors may not import this project (they get in-memory relations
+        instead). Only a plan without exchanges: a second run of a plan reuses its shuffle
+        outputs (stale rows)."""
         key = (id(spark), repr(p))
-        queries = self._queries.get(outputs)
-        if queries is False or (queries is not None and queries[0].key == key):
-            return queries or None
+        query = self._queries.get(outputs)
+        if query is False or (query is not None and query.key == key):
+            return query or None
         self._queries[outputs] = False
         if not runs_project_code(spark):
             return None
@@ -407,27 +401,22 @@ class LagStream:
                         .option("schema", schema.json()).load())
 
             inputs = {kind: leaf(f"new/{kind}", spark_schema(SCHEMAS[kind])) for kind in (SNAPSHOTS, EVENTS)}
-            schemas = _state_schemas(fold_plan(spark, self.job, inputs, None, p))
-            state = {name: leaf(f"state/{name}", schemas[name]) for name in STATE_TABLES}
+            empty = _empty_state(spark, self.job)
             # The state's events come through the new events' leaf (_run_fold lists both): a leaf is
             # read once per use, and the events have six uses.
-            state["events"] = spark.createDataFrame([], schemas["events"])
-            frames = fold_plan(spark, self.job, inputs, state, p, outputs)
-            queries, stage_schemas = [], _stage_schemas(frames)
-            for stage in FOLD_STAGES["numpy"]:   # (only a local session runs these: a numpy fold)
-                made = stage_frames(stage, frames, lambda name: leaf(f"stage/{name}", stage_schemas[name]))
-                stage_schemas.update({name: frame.schema for name, frame in made.items()})
-                queries.append(FoldQuery(made, key))
-            plans = [query.df._jdf.queryExecution().executedPlan().toString() for query in queries]
+            state = {**empty, "last_rebalance": leaf("state/last_rebalance", empty["events"].schema)}
+            (stage,) = FOLD_STAGES["numpy"]
+            query = FoldQuery(stage_frames(stage, fold_plan(spark, self.job, inputs, state, p, outputs), None), key)
+            plan = query.df._jdf.queryExecution().executedPlan().toString()
         except Exception as exc:  # noqa: BLE001 - any failure: plan each pass, as before
             log.warning("lag stream: planning each pass (the reusable query failed: %s)", str(exc).splitlines()[0])
             return None
-        if any("Exchange" in plan or "AdaptiveSparkPlan" in plan for plan in plans):
+        if "Exchange" in plan or "AdaptiveSparkPlan" in plan:
             log.warning("lag stream: planning each pass (the query has exchanges)")
-            log.debug("%s", plans)
+            log.debug("%s", plan)
             return None
-        self._queries[outputs] = queries
-        return queries
+        self._queries[outputs] = query
+        return query
 
     def _state_arrow(self, stream: dict) -> dict | None:
         """The state tables as Arrow tables (None when there is no state yet): the last pass's
@@ -652,7 +641,6 @@ PASS_STAGES = (
     (None, ("owners", "events", "rebalances", "flow_control", "marks")),
     (_owner_windows_stage, ("owners",)),
 )
-STAGE_INPUTS = ("points", "per_ts", "queue_windows", "owners")
 # A numpy fold makes the snapshot tables itself (snapshot_tables_of): Spark makes the event tables.
 FOLD_STAGES = {"spark": PASS_STAGES, "numpy": ((None, ("events", "rebalances", "flow_control", "marks")),)}
 _SAMPLES_SCHEMA = pa.schema([SCHEMAS[SNAPSHOTS].field(name) for name in SNAPSHOT_COLUMNS])
