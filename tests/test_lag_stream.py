@@ -256,6 +256,30 @@ def test_a_pass_upserts_the_queue_and_group_windows_before_the_event_tables(tmp_
         assert upserts.index("upserted queue_windows") < upserts.index("upserted group_windows"), upserts
 
 
+def test_the_spark_fold_and_a_switch_of_fold_give_the_batchs_rows(tmp_path, spark, monkeypatch):
+    """The Spark fold (what Spark Connect and clusters run), here in the local session, then
+    the numpy fold from its checkpoint: the state says which fold made it, the other builds
+    its own again once, and every table ends up the batch's."""
+    job, stream, recorder, late = streaming_into(tmp_path, spark)
+    monkeypatch.setattr(LagStream, "_fold_kind", staticmethod(lambda session: "spark"))
+    for first in range(0, 40, 10):
+        record_slice(recorder, first, first + 10, late)
+        assert stream.run(PARAMS).state == "done"
+    spark_state = job.load_state()["stream"]
+    assert spark_state["fold"] == "spark"
+    assert (tmp_path / "lag" / "_stream" / spark_state["state"] / "points.parquet").exists()
+    monkeypatch.undo()
+    for first in range(40, 80, 10):
+        record_slice(recorder, first, first + 10, late)
+        assert stream.run(PARAMS).state == "done"
+    recorder.close()
+    assert job.load_state()["stream"]["fold"] == "numpy"
+    assert job.load_state()["stream"]["passes"] == 4, "the numpy fold built its state once, then stepped"
+    batch = tmp_path / "batch"
+    LagJob(tmp_path / "recordings", batch, spark=spark).run(PARAMS)
+    assert_same_tables(tmp_path / "lag", batch)
+
+
 def test_the_state_stays_within_its_horizon(streamed):
     import pyarrow.parquet as pq
 

@@ -388,7 +388,7 @@ class LagStream:
         if query is False or (query is not None and query.key == key):
             return query or None
         self._queries[outputs] = False
-        if not runs_project_code(spark):
+        if self._fold_kind(spark) != "numpy":
             return None
         try:
             from .stream_input import NAME, LagStreamInput
