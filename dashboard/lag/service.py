@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .job import JobBusy, JobParams, LagJob
+from .job import JobBusy, JobParams, LagJob, describe
 from .runner import read_running, utc_now_iso, write_json
 from .stream import LagStream
 from consumers_app.lab.recorder import SNAPSHOTS, partition_dir
@@ -174,7 +174,7 @@ class LagService:
                 except Exception as exc:  # noqa: BLE001 - the service outlives a bad pass
                     failures += 1
                     backoff = min(self.max_backoff_s, self.period_s * 2 ** failures)
-                    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    reason = describe(exc)
                     self._write(state="paused", paused=reason)
                     self.say(f"paused: {reason}; retrying in {backoff:g} s")
                 if backoff:
